@@ -1,0 +1,1 @@
+"""Pipeline stages as plain Python over Arrow/Polars. Nothing in here imports Prefect."""

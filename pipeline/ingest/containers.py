@@ -1,0 +1,188 @@
+"""Stream records out of files with bounded memory: JSONL, JSON arrays, single JSON documents and
+Parquet, optionally ``.gz`` / ``.zst`` / ``.bz2`` / ``.xz`` compressed, from any fsspec URL.
+
+The container is decided by the extension (``.jsonl``, ``.ndjson``, ``.parquet``) or, for
+``.json``/``.traj`` and unknown suffixes, by the first bytes: ``[`` is a JSON array, a first line
+that is a whole JSON value followed by another is JSONL (BFCL's ``.json`` files are JSONL), and
+anything else is one JSON document.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import ijson
+import orjson
+
+from pipeline.ingest.errors import Reason, RecordError
+
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+SUPPORTED_SUFFIXES = (".jsonl", ".ndjson", ".json", ".traj", ".parquet")
+
+
+@dataclass(slots=True)
+class RawRecord:
+    index: int
+    value: Any = None
+    raw: bytes | None = None  # the record's bytes when the container has them (JSONL)
+    error: RecordError | None = None
+
+    def raw_text(self) -> str:
+        if self.raw is not None:
+            return self.raw.decode("utf-8", errors="backslashreplace")
+        if self.value is None:
+            return ""
+        try:
+            return orjson.dumps(self.value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+        except TypeError:
+            return repr(self.value)
+
+
+def strip_compression(path: str) -> tuple[str, str | None]:
+    for suf, comp in COMPRESSIONS.items():
+        if path.endswith(suf):
+            return path[: -len(suf)], comp
+    return path, None
+
+
+def is_supported(path: str) -> bool:
+    base, _ = strip_compression(path)
+    return base.endswith(SUPPORTED_SUFFIXES)
+
+
+def open_binary(path: str) -> io.BufferedIOBase:
+    """Open for binary reading, decompressing by suffix; local files get a 1 MiB buffer."""
+    _, comp = strip_compression(path)
+    local = path[7:] if path.startswith("file://") else path if "://" not in path else None
+    if local is not None and comp is None:
+        return open(local, "rb", buffering=1 << 20)
+    return fsspec.open(path, "rb", compression=comp).open()
+
+
+def sniff_container(path: str, max_record_bytes: int = 1 << 30) -> str:
+    """jsonl | json_array | json_document | parquet."""
+    base, _ = strip_compression(path)
+    if base.endswith(".parquet"):
+        return "parquet"
+    if base.endswith((".jsonl", ".ndjson")):
+        return "jsonl"
+    with open_binary(path) as f:
+        first = f.readline(max_record_bytes)
+        while first and not first.strip():
+            first = f.readline(max_record_bytes)
+        lead = first.lstrip()[:1]
+        if lead == b"[":
+            return "json_array"
+        if lead != b"{":
+            return "json_document"
+        second = f.readline(1 << 16)
+        while second and not second.strip():
+            second = f.readline(1 << 16)
+    if second:
+        try:
+            orjson.loads(first)
+            return "jsonl"
+        except orjson.JSONDecodeError:
+            return "json_document"
+    return "json_document"
+
+
+def _decode_error(line: bytes) -> RecordError:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return RecordError(Reason.INVALID_UTF8, f"invalid UTF-8 at byte {e.start}")
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        return RecordError(Reason.INVALID_JSON, str(e))
+    return RecordError(Reason.INVALID_JSON, "unparseable")
+
+
+def iter_jsonl(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
+    """One record per non-blank line; the index is the 0-based line number."""
+    with open_binary(path) as f:
+        for i, line in enumerate(f):
+            if not line.strip():
+                continue
+            if len(line) > max_record_bytes:
+                yield RawRecord(
+                    i,
+                    raw=line,
+                    error=RecordError(
+                        Reason.RECORD_TOO_LARGE,
+                        f"{len(line)} bytes > max_record_bytes={max_record_bytes}",
+                    ),
+                )
+                continue
+            try:
+                yield RawRecord(i, orjson.loads(line), raw=line)
+            except orjson.JSONDecodeError:
+                yield RawRecord(i, raw=line, error=_decode_error(line))
+
+
+def iter_json_array(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
+    """Elements of a top-level JSON array, parsed incrementally (ijson); the index is the element
+    position. A syntax error ends the stream: the rest of the file becomes one quarantine row."""
+    i = 0
+    with open_binary(path) as f:
+        try:
+            for i, value in enumerate(ijson.items(f, "item", use_float=True)):  # noqa: B007
+                yield RawRecord(i, value)
+            return
+        except (ijson.JSONError, UnicodeDecodeError, ValueError) as e:
+            reason = (
+                Reason.INVALID_UTF8 if isinstance(e, UnicodeDecodeError) else Reason.TRUNCATED_JSON
+            )
+            yield RawRecord(
+                i + 1 if i else 0,
+                raw=b"",
+                error=RecordError(reason, f"JSON array broken after element {i}: {e}"),
+            )
+
+
+def read_document(path: str, max_record_bytes: int) -> RawRecord:
+    """A whole file as one JSON value (size-capped)."""
+    with open_binary(path) as f:
+        data = f.read(max_record_bytes + 1)
+    if len(data) > max_record_bytes:
+        return RawRecord(
+            0,
+            raw=data[:1024],
+            error=RecordError(
+                Reason.RECORD_TOO_LARGE, f"document exceeds max_record_bytes={max_record_bytes}"
+            ),
+        )
+    try:
+        return RawRecord(0, orjson.loads(data), raw=None)
+    except orjson.JSONDecodeError:
+        return RawRecord(0, raw=data, error=_decode_error(data))
+
+
+def iter_parquet(path: str, batch_rows: int = 1024) -> Iterator[RawRecord]:
+    import pyarrow.parquet as pq
+
+    with fsspec.open(path, "rb").open() as f:
+        try:
+            pf = pq.ParquetFile(f)
+            i = 0
+            for batch in pf.iter_batches(batch_size=batch_rows):
+                for row in batch.to_pylist():
+                    yield RawRecord(i, row)
+                    i += 1
+        except Exception as e:  # noqa: BLE001 - any decoder failure is one quarantine row
+            yield RawRecord(0, raw=b"", error=RecordError(Reason.UNREADABLE_FILE, f"parquet: {e}"))
+
+
+def iter_records(path: str, container: str, max_record_bytes: int) -> Iterator[RawRecord]:
+    if container == "jsonl":
+        return iter_jsonl(path, max_record_bytes)
+    if container == "json_array":
+        return iter_json_array(path, max_record_bytes)
+    if container == "parquet":
+        return iter_parquet(path)
+    return iter([read_document(path, max_record_bytes)])

@@ -1,0 +1,1 @@
+"""One module per trace format; ``pipeline.ingest.registry`` lists them in detection order."""

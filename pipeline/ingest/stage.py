@@ -1,0 +1,374 @@
+"""The ingest stage: files in, canonical lake parts out, every record accounted for.
+
+Per input file: hash its bytes; skip it if that content is already in the lake; pick a reader
+(``--format`` or auto-detection on the first record); stream records through the reader and
+``normalize``; write one Parquet part per table named by the file's hash; then commit by writing
+the file's ``ingest_log`` entry. A changed file (same URI, new content) supersedes its earlier
+parts after the new ones are committed. ``records_read = accepted + quarantined`` for every file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import fsspec
+import pyarrow as pa
+
+from pipeline.ids import record_id
+from pipeline.ingest.containers import (
+    RawRecord,
+    is_supported,
+    iter_records,
+    read_document,
+    sniff_container,
+    strip_compression,
+)
+from pipeline.ingest.errors import Reason, RecordError
+from pipeline.ingest.normalize import attempt_row, question_row, trajectory_row
+from pipeline.ingest.readers.base import Context, Reader
+from pipeline.ingest.records import AttemptRec, QuestionRec, TrajectoryRec
+from pipeline.ingest.registry import by_name, detect
+from pipeline.lake import Lake, PartWriter
+from schemas import SCHEMA_VERSION
+
+DATA_TABLES = ("trajectories", "questions", "attempts", "quarantine")
+
+
+@dataclass
+class IngestConfig:
+    """Options of the ingest stage."""
+
+    source: str | None = (
+        None  # source name for every file (default: top folder under the input, or the reader)
+    )
+    format: str | None = None  # force a reader by name instead of auto-detection
+    max_record_bytes: int = 64 << 20  # larger records are quarantined as record_too_large
+    max_raw_bytes: int = 1 << 20  # raw text kept per quarantine row (the full size is recorded)
+    force: bool = False  # re-ingest files whose content is already in the lake
+    now: datetime | None = None  # ingest timestamp (tests pin it for byte-identical lakes)
+
+
+@dataclass
+class FileReport:
+    path: str
+    status: str  # ingested | unchanged | companion | empty
+    source: str | None = None
+    reader: str | None = None
+    file_sha256: str | None = None
+    size_bytes: int = 0
+    records_read: int = 0
+    accepted: int = 0
+    quarantined: int = 0
+    rows: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)
+    superseded: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    note: str = ""
+
+
+@dataclass
+class IngestResult:
+    files: list[FileReport]
+
+    @property
+    def totals(self) -> dict[str, int]:
+        t = Counter()
+        for f in self.files:
+            t["files"] += 1
+            t[f"files_{f.status}"] += 1
+            t["records_read"] += f.records_read
+            t["accepted"] += f.accepted
+            t["quarantined"] += f.quarantined
+            t["bytes"] += f.size_bytes
+            for k, v in f.rows.items():
+                t[k] += v
+        return dict(t)
+
+
+# ---- discovery -----------------------------------------------------------------------------
+
+
+def discover(paths: Iterable[str]) -> list[tuple[str, str | None]]:
+    """Expand folders into supported files, sorted; each with its default source name (the first
+    folder under the given folder, or None for a file given directly)."""
+    out: list[tuple[str, str | None]] = []
+    for p in paths:
+        fs, root = fsspec.core.url_to_fs(p)
+        proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        prefix = "" if proto in ("file", "local") else f"{proto}://"
+        if not prefix:
+            root = os.path.realpath(root)
+        if fs.isdir(root):
+            root = root.rstrip("/")
+            for f in sorted(fs.find(root)):
+                rel = f[len(root) + 1 :]
+                if any(part.startswith(".") for part in rel.split("/")) or not is_supported(f):
+                    continue
+                top = rel.split("/", 1)[0] if "/" in rel else None
+                out.append((prefix + f, top))
+        elif fs.exists(root):
+            out.append((prefix + root, None))
+        else:
+            raise FileNotFoundError(f"no such file or folder: {p}")
+    return out
+
+
+def skipped_files(paths: Iterable[str]) -> list[str]:
+    """Files under the given folders that ingest does not read (unsupported suffixes)."""
+    out = []
+    for p in paths:
+        fs, root = fsspec.core.url_to_fs(p)
+        if fs.isdir(root):
+            out += [f for f in sorted(fs.find(root)) if not is_supported(f) and "/." not in f]
+    return out
+
+
+def file_sha256(path: str) -> tuple[str, int]:
+    h = hashlib.sha256()
+    n = 0
+    with fsspec.open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+            n += len(chunk)
+    return h.hexdigest(), n
+
+
+# ---- the registry of ingested files ----------------------------------------------------------
+
+
+class Registry:
+    """Committed files by content hash and by URI, read from ``ingest_log``."""
+
+    def __init__(self, lake: Lake):
+        log = lake.read_table("ingest_log").to_pylist()
+        self.by_hash = {r["file_sha256"]: r for r in log}
+        self.by_uri: dict[str, list[str]] = {}
+        for r in log:
+            self.by_uri.setdefault(r["source_uri"], []).append(r["file_sha256"])
+
+
+def part_name(sha: str) -> str:
+    return sha[:32]
+
+
+# ---- one file ------------------------------------------------------------------------------
+
+
+class _LazyParts:
+    """Opens a table's part writer on its first row, so empty tables leave no file."""
+
+    def __init__(self, lake: Lake, part: str):
+        self.lake, self.part = lake, part
+        self.stack = contextlib.ExitStack()
+        self.writers: dict[str, PartWriter] = {}
+
+    def add(self, table: str, row: dict) -> None:
+        w = self.writers.get(table)
+        if w is None:
+            w = self.writers[table] = self.stack.enter_context(
+                self.lake.part_writer(table, self.part)
+            )
+        w.add(row)
+
+    def __enter__(self) -> _LazyParts:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return self.stack.__exit__(*exc)
+
+
+def _sample(path: str, container: str, max_record_bytes: int) -> object | None:
+    for rec in iter_records(path, container, max_record_bytes):
+        if rec.error is None:
+            return rec.value
+    return None
+
+
+def _rows(reader: Reader, value: object, ctx: Context) -> list[tuple[str, dict]]:
+    """(table, row) pairs for one record, all or nothing."""
+    out: list[tuple[str, dict]] = []
+    for rec in reader.parse(value, ctx):
+        if isinstance(rec, TrajectoryRec):
+            out.append(("trajectories", trajectory_row(rec)))
+        elif isinstance(rec, QuestionRec):
+            out.append(("questions", question_row(rec)))
+        elif isinstance(rec, AttemptRec):
+            tid = None
+            if rec.trajectory is not None:
+                t = trajectory_row(rec.trajectory)
+                tid = t["trajectory_id"]
+                out.append(("trajectories", t))
+            out.append(("attempts", attempt_row(rec, tid)))
+        else:
+            raise TypeError(f"reader {reader.name} yielded {type(rec).__name__}")
+    if not out:
+        raise RecordError(Reason.NO_ROWS, f"reader {reader.name} produced no rows")
+    return out
+
+
+def ingest_file(
+    path: str,
+    lake: Lake,
+    config: IngestConfig,
+    registry: Registry,
+    default_source: str | None = None,
+    on_record: Callable[[int], None] | None = None,
+) -> FileReport:
+    t0 = time.perf_counter()
+    now = config.now or datetime.now(UTC)
+    sha, size = file_sha256(path)
+    report = FileReport(path=path, status="ingested", file_sha256=sha, size_bytes=size)
+    if sha in registry.by_hash and not config.force:
+        report.status = "unchanged"
+        prev = registry.by_hash[sha]
+        report.note = (
+            ""
+            if prev["source_uri"] == path
+            else f"same content already ingested from {prev['source_uri']}"
+        )
+        report.reader, report.source = prev["source_format"], prev["source"]
+        return report
+
+    container = sniff_container(path, config.max_record_bytes)
+    sample = _sample(path, container, config.max_record_bytes)
+    if config.format:
+        reader: Reader | None = by_name(config.format)
+    else:
+        reader = detect(sample, path) if sample is not None else None
+    source = (
+        config.source
+        or default_source
+        or (reader.name if reader else strip_compression(path.rsplit("/", 1)[-1])[0])
+    )
+    report.source, report.reader = source, reader.name if reader else None
+    part = part_name(sha)
+    ctx = Context(path=path, index=0)
+
+    if reader is not None and reader.companion:
+        report.status = "companion"
+    else:
+        records: Iterator[RawRecord]
+        if reader is not None and reader.whole_file:
+            records = iter([read_document(path, config.max_record_bytes)])
+        else:
+            records = iter_records(path, container, config.max_record_bytes)
+        lineage = {
+            "source": source,
+            "source_format": report.reader or "unknown",
+            "source_uri": path,
+            "file_sha256": sha,
+        }
+        with _LazyParts(lake, part) as parts:
+            for rec in records:
+                report.records_read += 1
+                err = rec.error
+                rows: list[tuple[str, dict]] = []
+                if err is None:
+                    if reader is None:
+                        err = RecordError(
+                            Reason.UNKNOWN_FORMAT,
+                            "no reader recognizes this file's records (use --format)",
+                        )
+                    else:
+                        ctx.index = rec.index
+                        try:
+                            rows = _rows(reader, rec.value, ctx)
+                        except RecordError as e:
+                            err = e
+                        except Exception as e:  # noqa: BLE001 - a reader bug quarantines, never crashes
+                            err = RecordError(
+                                Reason.READER_ERROR,
+                                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}",
+                            )
+                if err is not None:
+                    report.quarantined += 1
+                    report.reasons[err.reason.value] += 1
+                    raw = rec.raw_text()
+                    parts.add(
+                        "quarantine",
+                        {
+                            "quarantine_id": record_id(sha, rec.index, -1),
+                            "stage": "ingest",
+                            "reason": err.reason.value,
+                            "detail": err.detail[:2000],
+                            "record_id": record_id(sha, rec.index, 0),
+                            **lineage,
+                            "source_index": rec.index,
+                            "raw": raw[: config.max_raw_bytes],
+                            "raw_bytes": len(rec.raw)
+                            if rec.raw is not None
+                            else len(raw.encode("utf-8", "surrogatepass")),
+                            "quarantined_at": now,
+                        },
+                    )
+                else:
+                    report.accepted += 1
+                    for sub, (table, row) in enumerate(rows):
+                        row.update(lineage)
+                        row["record_id"] = record_id(sha, rec.index, sub)
+                        row["source_index"] = rec.index
+                        row["ingested_at"] = now
+                        parts.add(table, row)
+                        report.rows[table] += 1
+                if on_record is not None and report.records_read % 1000 == 0:
+                    on_record(report.records_read)
+        if report.records_read == 0:
+            report.status = "empty"
+
+    # Commit: the ingest-log entry makes the parts visible; then retire superseded versions.
+    report.seconds = time.perf_counter() - t0
+    log_row = {
+        "file_sha256": sha,
+        "source_uri": path,
+        "source": source,
+        "source_format": report.reader or "unknown",
+        "status": report.status,
+        "size_bytes": size,
+        "records_read": report.records_read,
+        "records_accepted": report.accepted,
+        "records_quarantined": report.quarantined,
+        "trajectories": report.rows["trajectories"],
+        "questions": report.rows["questions"],
+        "attempts": report.rows["attempts"],
+        "schema_version": SCHEMA_VERSION,
+        "started_at": now,
+        "finished_at": now if config.now else datetime.now(UTC),
+    }
+    lake.write_part("ingest_log", part, pa.Table.from_pylist([log_row]))
+    for old in registry.by_uri.get(path, []):
+        if old != sha:
+            lake.delete_part("ingest_log", part_name(old))
+            for table in DATA_TABLES:
+                lake.delete_part(table, part_name(old))
+            report.superseded.append(old)
+    registry.by_hash[sha] = log_row
+    registry.by_uri[path] = [sha]
+    return report
+
+
+def ingest(
+    paths: Iterable[str],
+    lake: Lake,
+    config: IngestConfig | None = None,
+    on_file: Callable[[FileReport], None] | None = None,
+) -> IngestResult:
+    """Ingest files and folders into the lake. Never raises for bad records; raises only for
+    paths that do not exist."""
+    config = config or IngestConfig()
+    lake.remove_temp_files()
+    registry = Registry(lake)
+    reports = []
+    for path, default_source in discover(paths):
+        r = ingest_file(path, lake, config, registry, default_source)
+        reports.append(r)
+        if on_file:
+            on_file(r)
+    return IngestResult(reports)

@@ -1,0 +1,177 @@
+"""The lake: a root (local path or any fsspec URL) holding one folder of Parquet parts per table.
+
+Layout::
+
+    ROOT/tables/<table>/<part>.parquet   zstd Parquet, one part per unit of work (an input file)
+    ROOT/reports/ ...                    reports written by later stages
+
+Writes are atomic: a part is written under a hidden temp name in the same folder, flushed (and
+fsynced on local disks), then renamed, so a reader never sees a half-written file. A part of a
+data table is *committed* once its ingest-log entry exists; views only read committed parts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from schemas import TABLES
+
+DEFAULT_LAKE = "data/lake"
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
+
+
+def resolve_root(root: str | None = None) -> str:
+    """--lake beats FLOW_LAKE beats the default ``data/lake`` (relative to the working dir)."""
+    return root or os.environ.get("FLOW_LAKE") or DEFAULT_LAKE
+
+
+@dataclass
+class Lake:
+    root: str
+
+    def __post_init__(self) -> None:
+        self.root = resolve_root(self.root).rstrip("/")
+        self.fs, self._base = fsspec.core.url_to_fs(self.root)
+        self.is_local = self.fs.protocol in ("file", "local") or "file" in (self.fs.protocol or ())
+        if self.is_local:
+            self._base = os.path.abspath(self._base)
+
+    # ---- paths -------------------------------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        return "/".join([self._base, *parts])
+
+    def url(self, path: str) -> str:
+        """A path as DuckDB should see it (protocol-prefixed for non-local filesystems)."""
+        if self.is_local:
+            return path
+        proto = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        return f"{proto}://{path.lstrip('/')}" if proto == "memory" else f"{proto}://{path}"
+
+    def table_dir(self, table: str) -> str:
+        if table not in TABLES:
+            raise KeyError(f"unknown table {table!r}; known: {sorted(TABLES)}")
+        return self.path("tables", table)
+
+    def part_path(self, table: str, part: str) -> str:
+        if "/" in part or part.startswith("."):
+            raise ValueError(f"invalid part name {part!r}")
+        return f"{self.table_dir(table)}/{part}.parquet"
+
+    # ---- listing and reading -----------------------------------------------------------------
+    def parts(self, table: str) -> list[str]:
+        """Part names (without .parquet) present for a table, sorted; temp files excluded."""
+        d = self.table_dir(table)
+        if not self.fs.exists(d):
+            return []
+        names = []
+        for p in self.fs.ls(d, detail=False):
+            base = p.rstrip("/").rsplit("/", 1)[-1]
+            if base.endswith(".parquet") and not base.startswith("."):
+                names.append(base[: -len(".parquet")])
+        return sorted(names)
+
+    def read_part(self, table: str, part: str) -> pa.Table:
+        with self.fs.open(self.part_path(table, part), "rb") as f:
+            return pq.read_table(f)
+
+    def read_table(self, table: str, parts: Iterable[str] | None = None) -> pa.Table:
+        names = self.parts(table) if parts is None else list(parts)
+        tables = [self.read_part(table, p) for p in names]
+        if not tables:
+            return TABLES[table].empty_table()
+        return pa.concat_tables(tables, promote_options="default")
+
+    # ---- writing -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _atomic(self, final: str) -> Iterator[object]:
+        folder = final.rsplit("/", 1)[0]
+        self.fs.makedirs(folder, exist_ok=True)
+        tmp = f"{folder}/.tmp-{uuid.uuid4().hex}.parquet"
+        try:
+            if self.is_local:
+                with open(tmp, "wb") as f:
+                    yield f
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)
+            else:
+                with self.fs.open(tmp, "wb") as f:
+                    yield f
+                self.fs.mv(tmp, final)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.fs.rm(tmp)
+            raise
+
+    def write_part(self, table: str, part: str, data: pa.Table) -> str:
+        """Write one whole part atomically (replacing an existing part of the same name)."""
+        schema = TABLES[table]
+        final = self.part_path(table, part)
+        with self._atomic(final) as f:
+            pq.write_table(data.cast(schema), f, **PARQUET_OPTIONS)
+        return final
+
+    @contextlib.contextmanager
+    def part_writer(self, table: str, part: str) -> Iterator[PartWriter]:
+        """Stream row batches into one part; it appears atomically when the block exits cleanly."""
+        final = self.part_path(table, part)
+        with self._atomic(final) as f:
+            w = PartWriter(TABLES[table], f)
+            try:
+                yield w
+            finally:
+                w.close()
+
+    def delete_part(self, table: str, part: str) -> None:
+        p = self.part_path(table, part)
+        if self.fs.exists(p):
+            self.fs.rm(p)
+
+    def remove_temp_files(self) -> int:
+        """Remove temp files left by a killed writer (never visible to readers)."""
+        n = 0
+        for table in TABLES:
+            d = self.table_dir(table)
+            if not self.fs.exists(d):
+                continue
+            for p in self.fs.ls(d, detail=False):
+                if p.rstrip("/").rsplit("/", 1)[-1].startswith(".tmp-"):
+                    self.fs.rm(p)
+                    n += 1
+        return n
+
+
+class PartWriter:
+    """Buffers dict rows and writes them as row groups; the schema is the table's."""
+
+    def __init__(self, schema: pa.Schema, sink: object, rows_per_group: int = 5_000):
+        self.schema = schema
+        self.rows_per_group = rows_per_group
+        self._writer = pq.ParquetWriter(sink, schema, **PARQUET_OPTIONS)
+        self._buf: list[dict] = []
+        self.rows = 0
+
+    def add(self, row: dict) -> None:
+        self._buf.append(row)
+        if len(self._buf) >= self.rows_per_group:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            self._writer.write_table(pa.Table.from_pylist(self._buf, schema=self.schema))
+            self.rows += len(self._buf)
+            self._buf = []
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self.flush()
+            self._writer.close()
+            self._writer = None

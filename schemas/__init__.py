@@ -1,0 +1,29 @@
+"""Table schemas (Arrow) and, later, the Great Expectations suites that guard them."""
+
+from schemas.tables import (
+    ATTEMPTS,
+    INGEST_LOG,
+    MESSAGE,
+    QUARANTINE,
+    QUESTIONS,
+    ROLES,
+    SCHEMA_VERSION,
+    TABLES,
+    TOOL_CALL,
+    TRAJECTORIES,
+    empty_table,
+)
+
+__all__ = [
+    "ATTEMPTS",
+    "INGEST_LOG",
+    "MESSAGE",
+    "QUARANTINE",
+    "QUESTIONS",
+    "ROLES",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "TOOL_CALL",
+    "TRAJECTORIES",
+    "empty_table",
+]

@@ -1,0 +1,149 @@
+"""Arrow schemas of every lake table: the single source of truth for column names and types.
+
+Stages build rows as plain dicts and convert them with ``pa.Table.from_pylist(rows, schema=...)``;
+DuckDB views and Great Expectations suites read the same names from here.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1.0"
+
+ROLES = ("system", "user", "assistant", "tool")
+
+TOOL_CALL = pa.struct(
+    [
+        ("id", pa.string()),
+        ("name", pa.string()),
+        ("arguments", pa.string()),  # JSON text, as OpenAI sends it
+    ]
+)
+
+MESSAGE = pa.struct(
+    [
+        ("role", pa.string()),
+        ("content", pa.string()),
+        ("reasoning", pa.string()),
+        ("tool_calls", pa.list_(TOOL_CALL)),
+        ("tool_call_id", pa.string()),  # on role=tool: the call this result answers
+        ("name", pa.string()),  # on role=tool: the tool's name
+    ]
+)
+
+# Lineage columns shared by every row-bearing table.
+_LINEAGE = [
+    ("record_id", pa.string()),  # unique per row: hash(file content, record index, sub-index)
+    ("source", pa.string()),
+    ("source_format", pa.string()),
+    ("source_uri", pa.string()),
+    ("source_index", pa.int64()),  # record (line / element / row) index in the file
+    ("file_sha256", pa.string()),
+    ("ingested_at", pa.timestamp("us", tz="UTC")),
+]
+
+TRAJECTORIES = pa.schema(
+    [
+        ("trajectory_id", pa.string()),  # hash of canonical content (messages, tools)
+        ("question_id", pa.string()),  # hash of the normalized question text
+        *_LINEAGE,
+        ("domain", pa.string()),
+        ("question", pa.string()),
+        ("system_prompt", pa.string()),
+        ("tools", pa.string()),  # JSON list of tool specs (OpenAI function shape)
+        ("messages", pa.list_(MESSAGE)),
+        ("num_messages", pa.int32()),
+        ("num_tool_calls", pa.int32()),
+        ("final_answer", pa.string()),
+        ("ground_truth", pa.string()),
+        ("reward", pa.float64()),
+        ("is_correct", pa.bool_()),
+        ("model", pa.string()),
+        ("metadata", pa.string()),  # JSON object: source-specific fields kept for evidence
+    ]
+)
+
+QUESTIONS = pa.schema(
+    [
+        ("question_id", pa.string()),
+        *_LINEAGE,
+        ("dataset", pa.string()),  # gsm8k, math500, aime2024, amc2023, bfcl_simple, ...
+        ("split", pa.string()),
+        ("domain", pa.string()),
+        ("question", pa.string()),
+        ("ground_truth", pa.string()),  # normalized (numbers canonical, latex stripped of $)
+        ("ground_truth_raw", pa.string()),
+        ("answer_type", pa.string()),  # integer | number | latex | letter | text | function_calls
+        ("tools", pa.string()),
+        ("metadata", pa.string()),
+    ]
+)
+
+ATTEMPTS = pa.schema(
+    [
+        ("attempt_id", pa.string()),
+        ("question_id", pa.string()),
+        *_LINEAGE,
+        ("domain", pa.string()),
+        ("question", pa.string()),
+        ("ground_truth", pa.string()),
+        ("policy", pa.string()),  # the model or config that made the attempt
+        ("attempt_index", pa.int32()),
+        ("response", pa.string()),
+        ("prediction", pa.string()),
+        ("score", pa.float64()),
+        ("is_correct", pa.bool_()),
+        ("trajectory_id", pa.string()),  # set when the attempt is also a trajectory row
+        ("metadata", pa.string()),
+    ]
+)
+
+QUARANTINE = pa.schema(
+    [
+        ("quarantine_id", pa.string()),
+        ("stage", pa.string()),  # ingest | validate | ...
+        ("reason", pa.string()),  # a reason code from pipeline.errors (or a rule name)
+        ("detail", pa.string()),  # human-readable: what exactly was wrong
+        ("record_id", pa.string()),
+        ("source", pa.string()),
+        ("source_format", pa.string()),
+        ("source_uri", pa.string()),
+        ("source_index", pa.int64()),
+        ("file_sha256", pa.string()),
+        ("raw", pa.string()),  # the raw record text (utf-8, invalid bytes escaped), capped
+        ("raw_bytes", pa.int64()),  # size of the raw record before capping
+        ("quarantined_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+INGEST_LOG = pa.schema(
+    [
+        ("file_sha256", pa.string()),
+        ("source_uri", pa.string()),
+        ("source", pa.string()),
+        ("source_format", pa.string()),
+        ("status", pa.string()),  # ingested | companion
+        ("size_bytes", pa.int64()),
+        ("records_read", pa.int64()),
+        ("records_accepted", pa.int64()),
+        ("records_quarantined", pa.int64()),
+        ("trajectories", pa.int64()),
+        ("questions", pa.int64()),
+        ("attempts", pa.int64()),
+        ("schema_version", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "trajectories": TRAJECTORIES,
+    "questions": QUESTIONS,
+    "attempts": ATTEMPTS,
+    "quarantine": QUARANTINE,
+    "ingest_log": INGEST_LOG,
+}
+
+
+def empty_table(name: str) -> pa.Table:
+    return TABLES[name].empty_table()

@@ -1,0 +1,1 @@
+"""GRPO-TCR trainer (see issue 7); empty until the training stage lands."""

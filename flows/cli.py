@@ -1,0 +1,312 @@
+"""The ``flow`` command line. Every command takes ``--lake ROOT`` (or ``FLOW_LAKE``)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+# Prefect reads these at import: no telemetry (no network here), quiet logs under a progress bar.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+import orjson  # noqa: E402
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from pipeline.lake import Lake, resolve_root  # noqa: E402
+
+app = typer.Typer(
+    help="Agent trajectories -> canonical lake -> RL datasets -> GRPO-TCR.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+console = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+LakeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--lake", envvar="FLOW_LAKE", help="Lake root: a path or fsspec URL (default data/lake)."
+    ),
+]
+
+DEMO_DIR = "data/demo"
+SAMPLE_QUERY = """SELECT source, source_format, count(*) AS trajectories, sum(num_tool_calls) AS tool_calls,
+       round(avg(num_messages), 1) AS avg_messages, round(avg(reward), 3) AS mean_reward
+FROM trajectories GROUP BY ALL ORDER BY trajectories DESC"""
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return v
+
+
+def _cell(v: Any) -> str:
+    v = _plain(v)
+    if v is None:
+        return ""
+    if isinstance(v, (list, dict)):
+        return orjson.dumps(v, default=str).decode()
+    return str(v)
+
+
+def print_rows(
+    rows: list[dict], fmt: str = "table", title: str | None = None, max_width: int = 60
+) -> None:
+    if fmt == "json":
+        sys.stdout.write(
+            orjson.dumps([{k: _plain(v) for k, v in r.items()} for r in rows], default=str).decode()
+            + "\n"
+        )
+        return
+    if fmt == "csv":
+        if rows:
+            w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: _cell(v) for k, v in r.items()})
+        return
+    table = Table(title=title, show_lines=False)
+    for col in rows[0] if rows else []:
+        table.add_column(col, overflow="fold", max_width=max_width)
+    for r in rows:
+        table.add_row(
+            *(
+                _cell(v) if len(_cell(v)) <= 4 * max_width else _cell(v)[: 4 * max_width] + "…"
+                for v in r.values()
+            )
+        )
+    console.print(table)
+    console.print(f"[dim]{len(rows)} row(s)[/dim]")
+
+
+def _run_ingest(
+    paths: list[str], lake: str, source: str | None, fmt: str | None, force: bool
+) -> dict:
+    from flows.ingest import ingest_flow
+    from flows.progress import set_hook
+
+    progress = Progress(
+        TextColumn("[bold]ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    task_id = None
+
+    def hook(event: str, payload: Any) -> None:
+        nonlocal task_id
+        if event == "start":
+            task_id = progress.add_task("", total=payload["files"])
+        elif event == "file" and task_id is not None:
+            progress.update(task_id, advance=1, description=Path(payload["path"]).name[-40:])
+
+    set_hook(hook)
+    try:
+        with progress:
+            return ingest_flow(paths=paths, lake=lake, source=source, format=fmt, force=force)
+    finally:
+        set_hook(None)
+
+
+def _print_ingest(result: dict) -> None:
+    """Per file for small runs; per source and format when many files were read."""
+    files = result["files"]
+    group = len(files) > 30
+    agg: dict[tuple, dict] = {}
+    for r in files:
+        key = (r["source"], r["reader"], r["status"]) if group else (r["path"],)
+        a = agg.setdefault(
+            key,
+            {
+                "files": 0,
+                "read": 0,
+                "ok": 0,
+                "quarantined": 0,
+                "traj": 0,
+                "questions": 0,
+                "attempts": 0,
+                "reasons": {},
+            },
+        )
+        a["files"] += 1
+        a["read"] += r["records_read"]
+        a["ok"] += r["accepted"]
+        a["quarantined"] += r["quarantined"]
+        a["traj"] += r["rows"].get("trajectories", 0)
+        a["questions"] += r["rows"].get("questions", 0)
+        a["attempts"] += r["rows"].get("attempts", 0)
+        for k, v in r["reasons"].items():
+            a["reasons"][k] = a["reasons"].get(k, 0) + v
+        a["_r"] = r
+    rows = []
+    for key, a in agg.items():
+        r = a.pop("_r")
+        head = (
+            {"source": key[0], "format": key[1], "status": key[2]}
+            if group
+            else {"file": Path(r["path"]).name, "format": r["reader"], "status": r["status"]}
+        )
+        rows.append(
+            head
+            | {k: v for k, v in a.items() if k != "reasons" and (group or k != "files")}
+            | {"reasons": ", ".join(f"{k}={v}" for k, v in sorted(a["reasons"].items()))}
+        )
+    print_rows(rows, title=f"ingest into {result['lake']}", max_width=36)
+    t = result["totals"]
+    console.print(
+        f"[bold]records read {t.get('records_read', 0)} = accepted {t.get('accepted', 0)} + quarantined {t.get('quarantined', 0)}[/bold]; "
+        f"rows: trajectories {t.get('trajectories', 0)}, questions {t.get('questions', 0)}, attempts {t.get('attempts', 0)}; "
+        f"files: "
+        + ", ".join(f"{k[6:]} {v}" for k, v in sorted(t.items()) if k.startswith("files_"))
+    )
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(help="Files or folders (local or fsspec URLs).")],
+    lake: LakeOpt = None,
+    source: Annotated[
+        str | None,
+        typer.Option(help="Source name for every file (default: the top folder under PATH)."),
+    ] = None,
+    format: Annotated[
+        str | None, typer.Option("--format", help="Force a reader (see `flow formats`).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Re-ingest files already in the lake.")] = False,
+) -> None:
+    """Ingest trace files into the lake: canonical rows, quarantine, ingest log."""
+    if format:
+        from pipeline.ingest.registry import by_name
+
+        try:
+            by_name(format)
+        except KeyError as e:
+            raise typer.BadParameter(str(e.args[0]), param_hint="--format") from None
+    try:
+        result = _run_ingest(paths, resolve_root(lake), source, format, force)
+    except FileNotFoundError as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    _print_ingest(result)
+
+
+@app.command()
+def query(
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="A SELECT over trajectories, questions, attempts, quarantine, ingest_log."
+        ),
+    ],
+    lake: LakeOpt = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
+) -> None:
+    """Run read-only SQL over the lake with DuckDB."""
+    from pipeline.query import QueryError
+    from pipeline.query import query as run_query
+
+    if format not in ("table", "csv", "json"):
+        raise typer.BadParameter("use table, csv or json", param_hint="--format")
+    try:
+        rows = run_query(Lake(lake), sql).to_pylist()
+    except QueryError as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    except Exception as e:  # noqa: BLE001 - DuckDB errors are the user's SQL: show them plainly
+        err.print(f"[red]query failed:[/red] {e}")
+        raise typer.Exit(1) from None
+    print_rows(rows, format)
+
+
+@app.command()
+def show(
+    trajectory_id: Annotated[
+        str, typer.Argument(help="A trajectory id or a unique prefix (>= 6 chars).")
+    ],
+    lake: LakeOpt = None,
+    max_chars: Annotated[int, typer.Option(help="Clip each text to this many characters.")] = 2000,
+) -> None:
+    """Render one trajectory: roles, reasoning, tool calls and results, reward."""
+    from pipeline.show import find_trajectory, render
+
+    try:
+        row = find_trajectory(Lake(lake), trajectory_id)
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    if row is None:
+        err.print(f"[red]no trajectory[/red] {trajectory_id!r} in {resolve_root(lake)}")
+        raise typer.Exit(1)
+    render(row, console, max_chars=max_chars)
+
+
+@app.command()
+def formats() -> None:
+    """List the readers, in detection order."""
+    from pipeline.ingest.registry import readers
+
+    print_rows(
+        [
+            {
+                "format": r.name,
+                "description": r.description,
+                "whole_file": r.whole_file,
+                "companion": r.companion,
+            }
+            for r in readers()
+        ],
+        max_width=90,
+    )
+
+
+@app.command()
+def demo(
+    out: Annotated[str, typer.Option(help="Folder for the demo inputs.")] = DEMO_DIR, seed: int = 0
+) -> None:
+    """Write the deterministic demo corpus."""
+    from pipeline.demo import write_demo
+
+    for p in write_demo(out, seed=seed):
+        console.print(str(p))
+
+
+@app.command()
+def run(
+    lake: LakeOpt = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(help="Input files/folders (default: the demo corpus, generated if missing)."),
+    ] = None,
+) -> None:
+    """The main job on its defaults: ingest the inputs, then print a summary and a sample query."""
+    from pipeline.demo import write_demo
+    from pipeline.query import query as run_query
+
+    if not inputs:
+        if not Path(DEMO_DIR).exists():
+            write_demo(DEMO_DIR)
+        inputs = [DEMO_DIR]
+    root = resolve_root(lake)
+    result = _run_ingest(inputs, root, None, None, False)
+    _print_ingest(result)
+    console.rule("sample query")
+    console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
+    print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())
+    console.print(
+        f'lake: [bold]{root}[/bold]  (try: flow query "SELECT reason, count(*) FROM quarantine GROUP BY 1")'
+    )
+
+
+if __name__ == "__main__":
+    app()

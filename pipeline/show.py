@@ -1,0 +1,98 @@
+"""Render one trajectory readably in a terminal (rich): roles, reasoning, tool calls with their
+arguments, tool results, final answer and reward."""
+
+from __future__ import annotations
+
+import orjson
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.text import Text
+
+from pipeline.lake import Lake
+from pipeline.query import query
+
+STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}
+
+
+def find_trajectory(lake: Lake, trajectory_id: str) -> dict | None:
+    """By exact id or a unique prefix (at least 6 characters)."""
+    if len(trajectory_id) < 6 or not all(c in "0123456789abcdef" for c in trajectory_id.lower()):
+        raise ValueError("give a trajectory id (hex) or a prefix of at least 6 characters")
+    rows = query(
+        lake,
+        f"SELECT * FROM trajectories WHERE trajectory_id LIKE '{trajectory_id.lower()}%' ORDER BY source_uri, source_index LIMIT 2",
+    ).to_pylist()
+    if len({r["trajectory_id"] for r in rows}) > 1:
+        raise ValueError(
+            f"prefix {trajectory_id!r} matches several trajectories; give more characters"
+        )
+    return rows[0] if rows else None
+
+
+def _clip(text: str | None, limit: int) -> str:
+    if text is None:
+        return ""
+    return (
+        text if len(text) <= limit else text[:limit] + f"\n… [{len(text) - limit} more characters]"
+    )
+
+
+def _args(arguments: str) -> Syntax | Text:
+    try:
+        return Syntax(
+            orjson.dumps(orjson.loads(arguments), option=orjson.OPT_INDENT_2).decode(),
+            "json",
+            word_wrap=True,
+        )
+    except orjson.JSONDecodeError:
+        return Text(arguments, style="red")
+
+
+def render(row: dict, console: Console | None = None, max_chars: int = 2000) -> None:
+    console = console or Console()
+    head = Text.assemble(
+        ("trajectory ", "bold"),
+        row["trajectory_id"],
+        "\n",
+        ("source ", "bold"),
+        f"{row['source']} ({row['source_format']}) {row['source_uri']}#{row['source_index']}\n",
+        ("model ", "bold"),
+        str(row.get("model")),
+        ("  domain ", "bold"),
+        str(row.get("domain")),
+        ("  reward ", "bold"),
+        str(row.get("reward")),
+        ("  correct ", "bold"),
+        str(row.get("is_correct")),
+    )
+    console.print(Panel(head, title="trajectory", border_style="blue"))
+    if row.get("tools"):
+        names = [t.get("function", {}).get("name") for t in orjson.loads(row["tools"])]
+        console.print(Text("tools: " + ", ".join(map(str, names)), style="magenta"))
+    for i, m in enumerate(row["messages"]):
+        parts = []
+        if m.get("reasoning"):
+            parts.append(Text(_clip(m["reasoning"], max_chars), style="italic dim"))
+        if m.get("content"):
+            parts.append(Text(_clip(m["content"], max_chars)))
+        for c in m.get("tool_calls") or []:
+            parts.append(Text(f"→ call {c['name']} [{c['id']}]", style="bold magenta"))
+            parts.append(_args(_clip(c["arguments"], max_chars)))
+        title = f"{i} {m['role']}" + (
+            f" ← {m['name']} [{m['tool_call_id']}]" if m["role"] == "tool" else ""
+        )
+        console.print(
+            Panel(
+                Group(*parts) if parts else Text("(empty)", style="dim"),
+                title=title,
+                title_align="left",
+                border_style=STYLE.get(m["role"], "white"),
+            )
+        )
+    if row.get("final_answer") is not None:
+        console.print(
+            Panel(_clip(row["final_answer"], max_chars), title="final answer", border_style="green")
+        )
+    if row.get("ground_truth") is not None:
+        console.print(Text(f"ground truth: {_clip(row['ground_truth'], 500)}", style="bold"))

@@ -174,7 +174,7 @@ def write_demo(root: str | Path = "data/demo", seed: int = 0, n_questions: int =
 
     # 4. ShareGPT function calling (JSON array) with a calculator tool.
     sharegpt = []
-    for i, (q, a, abc) in enumerate(qs[60:90]):
+    for q, a, abc in qs[60:90]:
         x, y, z = abc.split(",")
         sharegpt.append(
             {

@@ -30,6 +30,7 @@ class RawRecord:
     value: Any = None
     raw: bytes | None = None  # the record's bytes when the container has them (JSONL)
     error: RecordError | None = None
+    size: int | None = None  # the record's full size when ``raw`` holds only its start
 
     def raw_text(self) -> str:
         if self.raw is not None:
@@ -60,7 +61,10 @@ def open_binary(path: str) -> io.BufferedIOBase:
     local = path[7:] if path.startswith("file://") else path if "://" not in path else None
     if local is not None and comp is None:
         return open(local, "rb", buffering=1 << 20)
-    return fsspec.open(path, "rb", compression=comp).open()
+    f = fsspec.open(path, "rb", compression=comp).open()
+    if comp == "zstd":  # zstandard's reader has no readline: buffer it for line iteration
+        return io.BufferedReader(f, buffer_size=1 << 20)
+    return f
 
 
 def sniff_container(path: str, max_record_bytes: int = 1 << 30) -> str:
@@ -149,14 +153,15 @@ def read_document(path: str, max_record_bytes: int) -> RawRecord:
     """A whole file as one JSON value (size-capped)."""
     with open_binary(path) as f:
         data = f.read(max_record_bytes + 1)
-    if len(data) > max_record_bytes:
-        return RawRecord(
-            0,
-            raw=data[:1024],
-            error=RecordError(
-                Reason.RECORD_TOO_LARGE, f"document exceeds max_record_bytes={max_record_bytes}"
-            ),
-        )
+        if len(data) > max_record_bytes:
+            size = len(data)
+            while chunk := f.read(1 << 22):
+                size += len(chunk)
+            error = RecordError(
+                Reason.RECORD_TOO_LARGE,
+                f"document of {size} bytes exceeds max_record_bytes={max_record_bytes}",
+            )
+            return RawRecord(0, raw=data[:1024], size=size, error=error)
     try:
         return RawRecord(0, orjson.loads(data), raw=None)
     except orjson.JSONDecodeError:
@@ -178,11 +183,30 @@ def iter_parquet(path: str, batch_rows: int = 1024) -> Iterator[RawRecord]:
             yield RawRecord(0, raw=b"", error=RecordError(Reason.UNREADABLE_FILE, f"parquet: {e}"))
 
 
+def _guarded(records: Iterator[RawRecord]) -> Iterator[RawRecord]:
+    """A container that fails mid-stream (corrupt gzip, I/O error) ends with one quarantine
+    record for the unread rest, instead of an exception out of the stage."""
+    last = -1
+    try:
+        for rec in records:
+            last = rec.index
+            yield rec
+    except Exception as e:  # noqa: BLE001
+        yield RawRecord(
+            last + 1,
+            raw=b"",
+            error=RecordError(
+                Reason.UNREADABLE_FILE,
+                f"stream failed after record {last}: {type(e).__name__}: {e}",
+            ),
+        )
+
+
 def iter_records(path: str, container: str, max_record_bytes: int) -> Iterator[RawRecord]:
     if container == "jsonl":
-        return iter_jsonl(path, max_record_bytes)
+        return _guarded(iter_jsonl(path, max_record_bytes))
     if container == "json_array":
-        return iter_json_array(path, max_record_bytes)
+        return _guarded(iter_json_array(path, max_record_bytes))
     if container == "parquet":
-        return iter_parquet(path)
-    return iter([read_document(path, max_record_bytes)])
+        return _guarded(iter_parquet(path))
+    return _guarded(iter([read_document(path, max_record_bytes)]))

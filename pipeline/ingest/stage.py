@@ -27,7 +27,6 @@ from pipeline.ingest.containers import (
     RawRecord,
     is_supported,
     iter_records,
-    read_document,
     sniff_container,
     strip_compression,
 )
@@ -192,9 +191,19 @@ def _sample(path: str, container: str, max_record_bytes: int) -> object | None:
     return None
 
 
+def _raw_size(rec: RawRecord, raw: str) -> int:
+    if rec.size is not None:
+        return rec.size
+    return len(rec.raw) if rec.raw is not None else len(raw.encode("utf-8", "surrogatepass"))
+
+
 def _rows(reader: Reader, value: object, ctx: Context) -> list[tuple[str, dict]]:
     """(table, row) pairs for one record, all or nothing."""
     out: list[tuple[str, dict]] = []
+    if not reader.whole_file and not isinstance(value, dict):
+        raise RecordError(
+            Reason.NOT_AN_OBJECT, f"record is a JSON {type(value).__name__}, expected an object"
+        )
     for rec in reader.parse(value, ctx):
         if isinstance(rec, TrajectoryRec):
             out.append(("trajectories", trajectory_row(rec)))
@@ -237,8 +246,11 @@ def ingest_file(
         report.reader, report.source = prev["source_format"], prev["source"]
         return report
 
-    container = sniff_container(path, config.max_record_bytes)
-    sample = _sample(path, container, config.max_record_bytes)
+    try:
+        container = sniff_container(path, config.max_record_bytes)
+        sample = _sample(path, container, config.max_record_bytes)
+    except Exception:  # noqa: BLE001 - unreadable head: the record loop below quarantines it
+        container, sample = "json_document", None
     if config.format:
         reader: Reader | None = by_name(config.format)
     else:
@@ -257,7 +269,7 @@ def ingest_file(
     else:
         records: Iterator[RawRecord]
         if reader is not None and reader.whole_file:
-            records = iter([read_document(path, config.max_record_bytes)])
+            records = iter_records(path, "json_document", config.max_record_bytes)
         else:
             records = iter_records(path, container, config.max_record_bytes)
         lineage = {
@@ -303,9 +315,7 @@ def ingest_file(
                             **lineage,
                             "source_index": rec.index,
                             "raw": raw[: config.max_raw_bytes],
-                            "raw_bytes": len(rec.raw)
-                            if rec.raw is not None
-                            else len(raw.encode("utf-8", "surrogatepass")),
+                            "raw_bytes": _raw_size(rec, raw),
                             "quarantined_at": now,
                         },
                     )

@@ -1,0 +1,50 @@
+"""Shared fixtures. Tests read real data from ../shared/data; under CI=true its absence fails."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+# Prefect state and settings must be in place before prefect is imported anywhere.
+os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prefect-home-"))
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+import pytest  # noqa: E402
+
+from pipeline.ingest import IngestConfig, ingest  # noqa: E402
+from pipeline.lake import Lake  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("FLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
+PINNED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def require_shared() -> Path:
+    if not SHARED.is_dir():
+        msg = f"shared data not found at {SHARED}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg + " (CI must have ../shared/data)")
+        pytest.skip(msg)
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    return require_shared()
+
+
+@pytest.fixture(scope="session")
+def shared_lake(shared: Path, tmp_path_factory: pytest.TempPathFactory):
+    """All of ../shared/data ingested once per session: (lake, IngestResult)."""
+    lake = Lake(str(tmp_path_factory.mktemp("shared-lake")))
+    result = ingest([str(shared)], lake, IngestConfig(now=PINNED))
+    return lake, result
+
+
+def write(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path

@@ -1,0 +1,34 @@
+"""The Prefect ingest flow for real (in a test harness): flow state, task runs, table artifact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_ingest_flow_records_a_table_artifact(harness, shared, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.ingest import ingest_flow
+
+    lake = str(tmp_path / "lake")
+    state = ingest_flow(paths=[str(shared / "llamafactory")], lake=lake, return_state=True)
+    assert state.is_completed()
+    out = state.result()
+    assert out["totals"]["records_read"] == 520 and out["totals"]["quarantined"] == 1
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["ingest-files"])))
+        runs = client.read_task_runs()
+    assert arts and arts[0].type == "table"
+    data = json.loads(arts[0].data) if isinstance(arts[0].data, str) else arts[0].data
+    assert {r["path"].rsplit("/", 1)[-1] for r in data} == {"glaive_toolcall_en_demo.json", "glaive_toolcall_zh_demo.json", "reason_tool_use_demo_50.jsonl"}
+    assert sum(r.name.startswith("ingest ") for r in runs) >= 3

@@ -1,0 +1,90 @@
+"""DuckDB queries are read-only; the CLI runs the Prefect ingest flow, prints JSON for scripts,
+renders trajectories, and `flow run` works on a fresh folder with its demo defaults."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from pipeline.demo import write_demo
+from pipeline.lake import Lake
+from pipeline.query import QueryError, check_read_only, query
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY (SELECT 1) TO '/tmp/x.csv'",
+        "ATTACH '/tmp/evil.db'",
+        "CREATE TABLE t AS SELECT 1",
+        "INSERT INTO trajectories SELECT * FROM trajectories",
+        "INSTALL httpfs",
+        "SET enable_external_access = true",
+        "EXPORT DATABASE '/tmp/out'",
+        "SELECT 1; DROP VIEW trajectories",
+    ],
+)
+def test_writes_attach_and_export_are_refused(sql):
+    with pytest.raises(QueryError, match="read-only"):
+        check_read_only(sql)
+
+
+def test_query_cannot_read_outside_the_lake(shared_lake):
+    lake, _ = shared_lake
+    with pytest.raises(Exception, match="disabled by configuration"):
+        query(lake, "SELECT * FROM read_csv('/etc/passwd')")
+
+
+def test_views_over_every_table(shared_lake):
+    lake, result = shared_lake
+    counts = query(
+        lake,
+        "SELECT (SELECT count(*) FROM trajectories) t, (SELECT count(*) FROM questions) q, (SELECT count(*) FROM attempts) a, (SELECT count(*) FROM quarantine) x, (SELECT count(*) FROM ingest_log) l",
+    ).to_pylist()[0]
+    tot = result.totals
+    assert counts == {"t": tot["trajectories"], "q": tot["questions"], "a": tot["attempts"], "x": tot["quarantined"], "l": tot["files"]}
+
+
+def test_empty_lake_has_empty_views(tmp_path):
+    assert query(Lake(str(tmp_path / "empty")), "SELECT count(*) n FROM trajectories").to_pylist() == [{"n": 0}]
+
+
+def test_cli_ingest_query_json_and_show(tmp_path, shared):
+    lake = str(tmp_path / "lake")
+    src = shared / "tau_bench/historical_trajectories"
+    res = runner.invoke(app, ["ingest", str(src), "--lake", lake, "--source", "tau"])
+    assert res.exit_code == 0, res.output
+    assert "records read 160 = accepted 160 + quarantined 0" in res.output
+    res = runner.invoke(app, ["query", "SELECT source, count(*) AS n FROM trajectories GROUP BY 1", "--lake", lake, "--format", "json"])
+    assert res.exit_code == 0 and json.loads(res.stdout) == [{"source": "tau", "n": 160}]
+    tid = json.loads(runner.invoke(app, ["query", "SELECT trajectory_id FROM trajectories ORDER BY source_index LIMIT 1", "--lake", lake, "-f", "json"]).stdout)[0]["trajectory_id"]
+    res = runner.invoke(app, ["show", tid[:10], "--lake", lake])
+    assert res.exit_code == 0 and "get_user_details" in res.output and "tool" in res.output
+    res = runner.invoke(app, ["query", "DELETE FROM trajectories", "--lake", lake])
+    assert res.exit_code == 2 and "read-only" in res.output
+    res = runner.invoke(app, ["ingest", str(tmp_path / "missing"), "--lake", lake])
+    assert res.exit_code == 2 and "no such file" in res.output
+    res = runner.invoke(app, ["ingest", str(src), "--lake", lake, "--format", "nope"])
+    assert res.exit_code == 2 and "unknown format" in res.output
+
+
+def test_flow_run_on_demo_defaults(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FLOW_LAKE", raising=False)
+    res = runner.invoke(app, ["run"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "data/demo").is_dir() and (tmp_path / "data/lake/tables/trajectories").is_dir()
+    assert "records read 369 = accepted 364 + quarantined 5" in res.output
+    again = runner.invoke(app, ["run"])
+    assert "records read 0 = accepted 0 + quarantined 0" in again.output and "unchanged 6" in again.output
+
+
+def test_demo_corpus_is_deterministic(tmp_path):
+    a = {p.name: p.read_bytes() for p in write_demo(tmp_path / "a")}
+    b = {p.name: p.read_bytes() for p in write_demo(tmp_path / "b")}
+    assert a == b and len(a) == 6

@@ -41,7 +41,7 @@ print(json.dumps({"records": n, "seconds": dt, "peak_rss_mb": resource.getrusage
 def generate(path: Path, mb: int, seed: int = 0) -> int:
     """OpenAI tool-call trajectories of ~2 KB each until the file reaches ``mb`` MB."""
     rng = random.Random(seed)
-    words = "the of a to in is for on that with as by at from this be are was it an or value sum list find result check".split()
+    words = ["the", "of", "a", "to", "in", "is", "for", "on", "that", "with", "as", "by", "at", "from", "this", "be", "are", "was", "it", "an", "or", "value", "sum", "list", "find", "result", "check"]
     n, size, target = 0, 0, mb * 1_000_000
     with path.open("w") as f:
         while size < target:
@@ -51,9 +51,29 @@ def generate(path: Path, mb: int, seed: int = 0) -> int:
                 "messages": [
                     {"role": "system", "content": "You solve problems with the python tool."},
                     {"role": "user", "content": f"Problem {n}: {text}?"},
-                    {"role": "assistant", "content": "Let me compute.", "tool_calls": [{"id": f"call_{n}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": code})}}]},
-                    {"role": "tool", "tool_call_id": f"call_{n}", "content": str(rng.randint(1, 10**6))},
-                    {"role": "assistant", "content": f"{text[:200]} The answer is {rng.randint(1, 1000)}."},
+                    {
+                        "role": "assistant",
+                        "content": "Let me compute.",
+                        "tool_calls": [
+                            {
+                                "id": f"call_{n}",
+                                "type": "function",
+                                "function": {
+                                    "name": "python",
+                                    "arguments": json.dumps({"code": code}),
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "tool_call_id": f"call_{n}",
+                        "content": str(rng.randint(1, 10**6)),
+                    },
+                    {
+                        "role": "assistant",
+                        "content": f"{text[:200]} The answer is {rng.randint(1, 1000)}.",
+                    },
                 ],
                 "reward": float(rng.random() < 0.5),
             }
@@ -66,7 +86,13 @@ def generate(path: Path, mb: int, seed: int = 0) -> int:
 
 def child(kind: str, path: Path, lake: Path) -> dict:
     env = os.environ | {"PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), str(lake)], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, kind, str(path), str(lake)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -88,16 +114,29 @@ def main() -> None:
     pol = child("polars", big, work / "lake-polars")
     ours = child("project", big, work / "lake-big")
     for name, r in (("polars.read_ndjson", pol), ("flow ingest", ours)):
-        print(f"{name:20s} {r['records']:>9d} rec  {r['seconds']:7.2f}s  {r['records'] / r['seconds']:>9.0f} rec/s  {mb / r['seconds']:7.1f} MB/s  peak RSS {r['peak_rss_mb']:6.0f} MB")
-    print(f"ratio (flow ingest / polars records per second): {pol['seconds'] / ours['seconds']:.3f}")
+        print(
+            f"{name:20s} {r['records']:>9d} rec  {r['seconds']:7.2f}s  {r['records'] / r['seconds']:>9.0f} rec/s  {mb / r['seconds']:7.1f} MB/s  peak RSS {r['peak_rss_mb']:6.0f} MB"
+        )
+    print(
+        f"ratio (flow ingest / polars records per second): {pol['seconds'] / ours['seconds']:.3f}"
+    )
 
     if SHARED.is_dir():
         print("\n== largest shared sources")
-        for rel in ["mini_swe_agent_deepseek", "bfcl", "questions", "tau_bench", "tora", "gsm8k_model_solutions"]:
+        for rel in [
+            "mini_swe_agent_deepseek",
+            "bfcl",
+            "questions",
+            "tau_bench",
+            "tora",
+            "gsm8k_model_solutions",
+        ]:
             src = SHARED / rel
             size = sum(p.stat().st_size for p in src.rglob("*") if p.is_file()) / 1e6
             r = child("project", src, work / f"lake-{rel}")
-            print(f"{rel:26s} {r['records']:>7d} rec  {r['seconds']:6.2f}s  {r['records'] / r['seconds']:>8.0f} rec/s  {size / r['seconds']:6.1f} MB/s  peak RSS {r['peak_rss_mb']:5.0f} MB")
+            print(
+                f"{rel:26s} {r['records']:>7d} rec  {r['seconds']:6.2f}s  {r['records'] / r['seconds']:>8.0f} rec/s  {size / r['seconds']:6.1f} MB/s  peak RSS {r['peak_rss_mb']:5.0f} MB"
+            )
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ LakeOpt = Annotated[
 DEMO_DIR = "data/demo"
 SAMPLE_QUERY = """SELECT source, source_format, count(*) AS trajectories, sum(num_tool_calls) AS tool_calls,
        round(avg(num_messages), 1) AS avg_messages, round(avg(reward), 3) AS mean_reward
-FROM trajectories GROUP BY ALL ORDER BY trajectories DESC"""
+FROM valid_trajectories GROUP BY ALL ORDER BY trajectories DESC"""
 
 
 def _plain(v: Any) -> Any:
@@ -201,6 +201,57 @@ def ingest(
     _print_ingest(result)
 
 
+def _print_validate(out: dict) -> None:
+    rows = [
+        {"table": t}
+        | {
+            k: c.get(k, 0)
+            for k in ("rows", "passed", "quarantined", "flagged", "parts", "parts_skipped")
+        }
+        for t, c in out["tables"].items()
+    ]
+    print_rows(rows, title=f"validation (suite {out['suite_version']})")
+    failing = [r for r in out["rules"] if r["failed"]]
+    if failing:
+        print_rows(
+            [
+                {k: r[k] for k in ("table", "rule", "severity", "evaluated", "failed")}
+                for r in failing
+            ],
+            title="failing expectations",
+        )
+    else:
+        console.print("[green]every expectation passed on the rows validated in this run[/green]")
+    if out.get("docs_index"):
+        console.print(f"Data Docs: [bold]{out['docs_index']}[/bold]")
+
+
+@app.command()
+def validate(
+    lake: LakeOpt = None,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", help="Validate only these tables (repeatable).")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Re-validate parts already validated with this suite version.")
+    ] = False,
+    max_messages: Annotated[
+        int, typer.Option(help="Warn above this many messages per trajectory.")
+    ] = 400,
+) -> None:
+    """Run the Great Expectations suites; failing rows go to quarantine with the rule's name."""
+    from flows.validate import validate_flow
+
+    bad = set(table or []) - {"trajectories", "questions", "attempts"}
+    if bad:
+        raise typer.BadParameter(f"unknown table(s) {sorted(bad)}", param_hint="--table")
+    with console.status("validating with Great Expectations…"):
+        out = validate_flow(
+            lake=resolve_root(lake), tables=table, force=force, max_messages=max_messages
+        )
+    _print_validate(out)
+
+
 @app.command()
 def query(
     sql: Annotated[
@@ -289,7 +340,8 @@ def run(
         typer.Option(help="Input files/folders (default: the demo corpus, generated if missing)."),
     ] = None,
 ) -> None:
-    """The main job on its defaults: ingest the inputs, then print a summary and a sample query."""
+    """The main job on its defaults: ingest the inputs, validate, then print a summary and a sample query."""
+    from flows.validate import validate_flow
     from pipeline.demo import write_demo
     from pipeline.query import query as run_query
 
@@ -300,6 +352,8 @@ def run(
     root = resolve_root(lake)
     result = _run_ingest(inputs, root, None, None, False)
     _print_ingest(result)
+    with console.status("validating with Great Expectations…"):
+        _print_validate(validate_flow(lake=root))
     console.rule("sample query")
     console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
     print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())

@@ -168,6 +168,19 @@ def write_demo(root: str | Path = "data/demo", seed: int = 0, n_questions: int =
         )
     )
     lines.append(json.dumps({"messages": [{"role": "wizard", "content": "unknown role"}]}))
+    # Records that ingest accepts but validation rejects (or flags):
+    bad = _openai_traj(qs[0][0], qs[0][1], qs[0][2], True, 900)
+    bad["messages"][2]["tool_calls"][0]["function"]["name"] = "shell"  # hallucinated tool
+    lines.append(json.dumps(bad))
+    bad = _openai_traj(qs[1][0], qs[1][1], qs[1][2], True, 901)
+    bad["messages"][2]["tool_calls"][0]["function"]["arguments"] = "{'code': print(1)}"  # not JSON
+    lines.append(json.dumps(bad))
+    bad = _openai_traj(qs[2][0], qs[2][1], qs[2][2], True, 902)
+    bad["reward"] = 3.0  # outside [-1, 1]
+    lines.append(json.dumps(bad))
+    warn = _openai_traj(qs[3][0], qs[3][1], qs[3][2], False, 903)
+    warn["messages"].insert(4, {"role": "assistant", "content": "  "})  # empty assistant turn
+    lines.append(json.dumps(warn))
     files["agent_runs/openai_math.jsonl.gz"] = gzip.compress(
         ("\n".join(lines) + "\n").encode(), mtime=0
     )

@@ -135,6 +135,32 @@ class Lake:
         if self.fs.exists(p):
             self.fs.rm(p)
 
+    def delete_derived_parts(self, base: str) -> int:
+        """Delete every part named ``base`` or ``base.<anything>`` in every table except the log."""
+        n = 0
+        for table in TABLES:
+            if table == "ingest_log":
+                continue
+            for p in self.parts(table):
+                if p == base or p.startswith(base + "."):
+                    self.delete_part(table, p)
+                    n += 1
+        return n
+
+    def num_rows(self, table: str, part: str) -> int:
+        with self.fs.open(self.part_path(table, part), "rb") as f:
+            return pq.ParquetFile(f).metadata.num_rows
+
+    def read_columns(self, table: str, part: str, columns: list[str]) -> pa.Table:
+        with self.fs.open(self.part_path(table, part), "rb") as f:
+            return pq.read_table(f, columns=columns)
+
+    def iter_part_batches(self, table: str, part: str, batch_rows: int) -> Iterator[pa.Table]:
+        """A part in row batches, so a large part is never fully in memory."""
+        with self.fs.open(self.part_path(table, part), "rb") as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows):
+                yield pa.Table.from_batches([batch])
+
     def remove_temp_files(self) -> int:
         """Remove temp files left by a killed writer (never visible to readers)."""
         n = 0
@@ -147,6 +173,30 @@ class Lake:
                     self.fs.rm(p)
                     n += 1
         return n
+
+
+class LazyParts:
+    """Part writers for several tables under one part name, each opened on its first row, so
+    tables without rows leave no file. All parts appear atomically when the block exits."""
+
+    def __init__(self, lake: Lake, part: str):
+        self.lake, self.part = lake, part
+        self.stack = contextlib.ExitStack()
+        self.writers: dict[str, PartWriter] = {}
+
+    def add(self, table: str, row: dict) -> None:
+        w = self.writers.get(table)
+        if w is None:
+            w = self.writers[table] = self.stack.enter_context(
+                self.lake.part_writer(table, self.part)
+            )
+        w.add(row)
+
+    def __enter__(self) -> LazyParts:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        return bool(self.stack.__exit__(*exc))
 
 
 class PartWriter:

@@ -14,27 +14,43 @@ from pipeline.lake import Lake
 from schemas import TABLES
 
 ALLOWED = {"SELECT", "EXPLAIN"}
-DATA_TABLES = ("trajectories", "questions", "attempts", "quarantine")
 
 
 class QueryError(ValueError):
     """A statement the query command refuses to run."""
 
 
-def committed_parts(lake: Lake) -> set[str]:
-    return set(lake.parts("ingest_log"))
+def visible_parts(lake: Lake) -> dict[str, list[str]]:
+    """Committed parts per table. An ingest part ``H`` is committed by ``ingest_log/H``; a
+    validation result ``H.T.V`` needs ``H`` committed; a validate-stage quarantine part ``H.T.V``
+    is committed by ``validation/H.T.V``."""
+    committed = set(lake.parts("ingest_log"))
+    validation = [p for p in lake.parts("validation") if p.split(".", 1)[0] in committed]
+    done = set(validation)
+    out: dict[str, list[str]] = {"ingest_log": lake.parts("ingest_log"), "validation": validation}
+    for table in TABLES:
+        if table in out:
+            continue
+        parts = lake.parts(table)
+        out[table] = [p for p in parts if (p in committed) or ("." in p and p in done)]
+    return out
+
+
+VALID_VIEWS = {
+    f"valid_{t}": f"SELECT x.*, v.flags AS validation_flags FROM {t} x JOIN validation v ON v.record_id = x.record_id AND v.\"table\" = '{t}' WHERE v.passed"
+    for t in ("trajectories", "questions", "attempts")
+}
 
 
 def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with a view per lake table (empty views for empty tables)."""
+    """An in-memory DuckDB with a view per lake table (empty views for empty tables), and
+    ``valid_<table>`` views: rows that passed validation, with their warn flags."""
     con = duckdb.connect()
     if not lake.is_local:
         con.register_filesystem(lake.fs)
-    committed = committed_parts(lake)
+    visible = visible_parts(lake)
     for table, schema in TABLES.items():
-        parts = lake.parts(table)
-        if table in DATA_TABLES:
-            parts = [p for p in parts if p in committed]
+        parts = visible.get(table, [])
         if parts:
             files = ", ".join(f"'{lake.url(lake.part_path(table, p))}'" for p in parts)
             con.execute(
@@ -43,6 +59,8 @@ def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
         else:
             con.register(f"_empty_{table}", schema.empty_table())
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM _empty_{table}")
+    for name, sql in VALID_VIEWS.items():
+        con.execute(f"CREATE VIEW {name} AS {sql}")
     if lake.is_local:
         con.execute(f"SET allowed_directories = ['{lake.path('tables')}/']")
         con.execute("SET enable_external_access = false")

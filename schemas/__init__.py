@@ -11,6 +11,7 @@ from schemas.tables import (
     TABLES,
     TOOL_CALL,
     TRAJECTORIES,
+    VALIDATION,
     empty_table,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "TABLES",
     "TOOL_CALL",
     "TRAJECTORIES",
+    "VALIDATION",
     "empty_table",
 ]

@@ -136,12 +136,24 @@ INGEST_LOG = pa.schema(
     ]
 )
 
+VALIDATION = pa.schema(
+    [
+        ("record_id", pa.string()),
+        ("table", pa.string()),  # trajectories | questions | attempts
+        ("passed", pa.bool_()),  # no error-severity rule failed
+        ("flags", pa.list_(pa.string())),  # warn-severity rules that failed
+        ("suite_version", pa.string()),
+        ("validated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "questions": QUESTIONS,
     "attempts": ATTEMPTS,
     "quarantine": QUARANTINE,
     "ingest_log": INGEST_LOG,
+    "validation": VALIDATION,
 }
 
 

@@ -26,9 +26,15 @@ def test_ingest_flow_records_a_table_artifact(harness, shared, tmp_path):
     out = state.result()
     assert out["totals"]["records_read"] == 520 and out["totals"]["quarantined"] == 1
     with get_client(sync_client=True) as client:
-        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["ingest-files"])))
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["ingest-files"]))
+        )
         runs = client.read_task_runs()
     assert arts and arts[0].type == "table"
     data = json.loads(arts[0].data) if isinstance(arts[0].data, str) else arts[0].data
-    assert {r["path"].rsplit("/", 1)[-1] for r in data} == {"glaive_toolcall_en_demo.json", "glaive_toolcall_zh_demo.json", "reason_tool_use_demo_50.jsonl"}
+    assert {r["path"].rsplit("/", 1)[-1] for r in data} == {
+        "glaive_toolcall_en_demo.json",
+        "glaive_toolcall_zh_demo.json",
+        "reason_tool_use_demo_50.jsonl",
+    }
     assert sum(r.name.startswith("ingest ") for r in runs) >= 3

@@ -47,11 +47,19 @@ def test_views_over_every_table(shared_lake):
         "SELECT (SELECT count(*) FROM trajectories) t, (SELECT count(*) FROM questions) q, (SELECT count(*) FROM attempts) a, (SELECT count(*) FROM quarantine) x, (SELECT count(*) FROM ingest_log) l",
     ).to_pylist()[0]
     tot = result.totals
-    assert counts == {"t": tot["trajectories"], "q": tot["questions"], "a": tot["attempts"], "x": tot["quarantined"], "l": tot["files"]}
+    assert counts == {
+        "t": tot["trajectories"],
+        "q": tot["questions"],
+        "a": tot["attempts"],
+        "x": tot["quarantined"],
+        "l": tot["files"],
+    }
 
 
 def test_empty_lake_has_empty_views(tmp_path):
-    assert query(Lake(str(tmp_path / "empty")), "SELECT count(*) n FROM trajectories").to_pylist() == [{"n": 0}]
+    assert query(
+        Lake(str(tmp_path / "empty")), "SELECT count(*) n FROM trajectories"
+    ).to_pylist() == [{"n": 0}]
 
 
 def test_cli_ingest_query_json_and_show(tmp_path, shared):
@@ -60,9 +68,31 @@ def test_cli_ingest_query_json_and_show(tmp_path, shared):
     res = runner.invoke(app, ["ingest", str(src), "--lake", lake, "--source", "tau"])
     assert res.exit_code == 0, res.output
     assert "records read 160 = accepted 160 + quarantined 0" in res.output
-    res = runner.invoke(app, ["query", "SELECT source, count(*) AS n FROM trajectories GROUP BY 1", "--lake", lake, "--format", "json"])
+    res = runner.invoke(
+        app,
+        [
+            "query",
+            "SELECT source, count(*) AS n FROM trajectories GROUP BY 1",
+            "--lake",
+            lake,
+            "--format",
+            "json",
+        ],
+    )
     assert res.exit_code == 0 and json.loads(res.stdout) == [{"source": "tau", "n": 160}]
-    tid = json.loads(runner.invoke(app, ["query", "SELECT trajectory_id FROM trajectories ORDER BY source_index LIMIT 1", "--lake", lake, "-f", "json"]).stdout)[0]["trajectory_id"]
+    tid = json.loads(
+        runner.invoke(
+            app,
+            [
+                "query",
+                "SELECT trajectory_id FROM trajectories ORDER BY source_index LIMIT 1",
+                "--lake",
+                lake,
+                "-f",
+                "json",
+            ],
+        ).stdout
+    )[0]["trajectory_id"]
     res = runner.invoke(app, ["show", tid[:10], "--lake", lake])
     assert res.exit_code == 0 and "get_user_details" in res.output and "tool" in res.output
     res = runner.invoke(app, ["query", "DELETE FROM trajectories", "--lake", lake])
@@ -78,10 +108,15 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch):
     monkeypatch.delenv("FLOW_LAKE", raising=False)
     res = runner.invoke(app, ["run"])
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "data/demo").is_dir() and (tmp_path / "data/lake/tables/trajectories").is_dir()
+    assert (tmp_path / "data/demo").is_dir() and (
+        tmp_path / "data/lake/tables/trajectories"
+    ).is_dir()
     assert "records read 369 = accepted 364 + quarantined 5" in res.output
     again = runner.invoke(app, ["run"])
-    assert "records read 0 = accepted 0 + quarantined 0" in again.output and "unchanged 6" in again.output
+    assert (
+        "records read 0 = accepted 0 + quarantined 0" in again.output
+        and "unchanged 6" in again.output
+    )
 
 
 def test_demo_corpus_is_deterministic(tmp_path):

@@ -9,7 +9,6 @@ parts after the new ones are committed. ``records_read = accepted + quarantined`
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import time
@@ -35,7 +34,7 @@ from pipeline.ingest.normalize import attempt_row, question_row, trajectory_row
 from pipeline.ingest.readers.base import Context, Reader
 from pipeline.ingest.records import AttemptRec, QuestionRec, TrajectoryRec
 from pipeline.ingest.registry import by_name, detect
-from pipeline.lake import Lake, PartWriter
+from pipeline.lake import Lake, LazyParts
 from schemas import SCHEMA_VERSION
 
 DATA_TABLES = ("trajectories", "questions", "attempts", "quarantine")
@@ -161,29 +160,6 @@ def part_name(sha: str) -> str:
 # ---- one file ------------------------------------------------------------------------------
 
 
-class _LazyParts:
-    """Opens a table's part writer on its first row, so empty tables leave no file."""
-
-    def __init__(self, lake: Lake, part: str):
-        self.lake, self.part = lake, part
-        self.stack = contextlib.ExitStack()
-        self.writers: dict[str, PartWriter] = {}
-
-    def add(self, table: str, row: dict) -> None:
-        w = self.writers.get(table)
-        if w is None:
-            w = self.writers[table] = self.stack.enter_context(
-                self.lake.part_writer(table, self.part)
-            )
-        w.add(row)
-
-    def __enter__(self) -> _LazyParts:
-        return self
-
-    def __exit__(self, *exc: object) -> bool:
-        return self.stack.__exit__(*exc)
-
-
 def _sample(path: str, container: str, max_record_bytes: int) -> object | None:
     for rec in iter_records(path, container, max_record_bytes):
         if rec.error is None:
@@ -278,7 +254,7 @@ def ingest_file(
             "source_uri": path,
             "file_sha256": sha,
         }
-        with _LazyParts(lake, part) as parts:
+        with LazyParts(lake, part) as parts:
             for rec in records:
                 report.records_read += 1
                 err = rec.error
@@ -356,8 +332,7 @@ def ingest_file(
     for old in registry.by_uri.get(path, []):
         if old != sha:
             lake.delete_part("ingest_log", part_name(old))
-            for table in DATA_TABLES:
-                lake.delete_part(table, part_name(old))
+            lake.delete_derived_parts(part_name(old))
             report.superseded.append(old)
     registry.by_hash[sha] = log_row
     registry.by_uri[path] = [sha]

@@ -1,0 +1,276 @@
+"""The validate stage: every committed part of trajectories, questions and attempts through its
+GX suite, in chunks; failing rows routed by severity.
+
+For each ingested part ``P`` of table ``T`` and suite version ``V`` the stage writes
+``validation/P.T.V`` (one row per input row: passed, warn flags) and, when rows fail an
+``error`` rule, ``quarantine/P.T.V`` (stage ``validate``, reason = rule name, detail = the
+offending value and where). The validation part is written last and commits both. Parts already
+validated with the same suite version are skipped; a new suite version re-validates and retires
+the old results. Per table: rows in = rows passed + rows quarantined.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import orjson
+import polars as pl
+import pyarrow as pa
+
+from pipeline.ids import record_id as make_record_id
+from pipeline.lake import Lake, LazyParts
+from pipeline.validate.checks import CHECKS
+from pipeline.validate.gx_suite import GXRunner
+from schemas.expectations import Limits, Rule, rules_for, suite_version
+
+TABLES = ("trajectories", "questions", "attempts")
+
+
+@dataclass
+class ValidateConfig:
+    """Options of the validate stage."""
+
+    tables: tuple[str, ...] = TABLES
+    limits: Limits = field(default_factory=Limits)
+    chunk_rows: int = 50_000  # rows per GX batch: bounds memory
+    force: bool = False  # re-validate parts already validated with this suite version
+    data_docs: bool = True  # build the Data Docs site under ROOT/reports/validation
+    max_raw_bytes: int = 1 << 20
+    now: datetime | None = None
+
+
+@dataclass
+class ValidateResult:
+    suite_version: str
+    tables: dict[str, dict[str, int]]
+    rules: list[dict]
+    docs_index: str | None
+
+    def rule_rows(self) -> list[dict]:
+        return sorted(self.rules, key=lambda r: (r["table"], -r["failed"], r["rule"]))
+
+
+def ingested_parts(lake: Lake, table: str) -> list[str]:
+    committed = set(lake.parts("ingest_log"))
+    return [p for p in lake.parts(table) if "." not in p and p in committed]
+
+
+def _duplicates(lake: Lake, table: str, parts: list[str]) -> set[str]:
+    if not parts:
+        return set()
+    ids = pl.concat([pl.from_arrow(lake.read_columns(table, p, ["record_id"])) for p in parts])
+    return set(ids.filter(pl.col("record_id").is_duplicated())["record_id"].to_list())
+
+
+def _detail(rule: Rule, value: object, checks: pl.DataFrame, row: int) -> str:
+    text = f"{rule.name}: {rule.column}={value!r}"
+    if rule.detail_column:
+        at = checks[rule.detail_column][row]
+        if at is not None:
+            text += (
+                f" (at message {at})"
+                if rule.detail_column.endswith("_at")
+                else f" ({rule.detail_column}={at!r})"
+            )
+    return text + f" — expected: {rule.description}"
+
+
+def _groups(lake: Lake, table: str, parts: list[str], chunk_rows: int) -> list[list[str]]:
+    """Consecutive parts batched up to ``chunk_rows`` rows, so small parts share one GX run; a
+    part larger than that is a group of its own and is validated in chunks."""
+    groups: list[list[str]] = []
+    size = 0
+    for p in parts:
+        n = lake.num_rows(table, p)
+        if groups and size + n <= chunk_rows:
+            groups[-1].append(p)
+            size += n
+        else:
+            groups.append([p])
+            size = n
+    return groups
+
+
+def _chunks(
+    lake: Lake, table: str, group: list[str], chunk_rows: int
+) -> Iterator[list[tuple[str, pa.Table]]]:
+    """Lists of (part, rows) whose rows add up to at most ``chunk_rows``."""
+    if len(group) == 1:
+        for batch in lake.iter_part_batches(table, group[0], chunk_rows):
+            yield [(group[0], batch)]
+    else:
+        yield [(p, lake.read_part(table, p)) for p in group]
+
+
+def _validate_group(
+    lake, table, group, version, now, runner, dups, config, counts, rule_counts
+) -> None:
+    names = {p: f"{p}.{table}.{version}" for p in group}
+    with contextlib.ExitStack() as stack:
+        vws = {p: stack.enter_context(lake.part_writer("validation", names[p])) for p in group}
+        qparts = {p: stack.enter_context(LazyParts(lake, names[p])) for p in group}
+        for pieces in _chunks(lake, table, group, config.chunk_rows):
+            checks = pl.concat(
+                [CHECKS[table](rows, config.limits) for _, rows in pieces], how="vertical_relaxed"
+            )
+            if dups:
+                checks = checks.with_columns(
+                    record_id_unique=~pl.col("record_id").is_in(list(dups))
+                )
+            outcomes = runner.validate(table, checks.with_row_index("_row").to_pandas())
+            errors: dict[int, list[tuple[Rule, object]]] = defaultdict(list)
+            flags: dict[int, list[str]] = defaultdict(list)
+            for rname, out in outcomes.items():
+                rule_counts[(table, rname)]["evaluated"] += out.evaluated
+                rule_counts[(table, rname)]["failed"] += len(out.failed_rows)
+                for row, value in zip(out.failed_rows, out.failed_values, strict=True):
+                    if out.rule.severity == "error":
+                        errors[row].append((out.rule, value))
+                    else:
+                        flags[row].append(out.rule.name)
+            ids = checks["record_id"].to_list()
+            offset = 0
+            for part, rows in pieces:
+                raws = None
+                for i in range(rows.num_rows):
+                    row = offset + i
+                    rid, failed = ids[row], errors.get(row)
+                    vws[part].add(
+                        {
+                            "record_id": rid,
+                            "table": table,
+                            "passed": not failed,
+                            "flags": sorted(flags.get(row, [])),
+                            "suite_version": version,
+                            "validated_at": now,
+                        }
+                    )
+                    counts["rows"] += 1
+                    if not failed:
+                        counts["passed"] += 1
+                        counts["flagged"] += bool(flags.get(row))
+                        continue
+                    counts["quarantined"] += 1
+                    if raws is None:
+                        raws = rows.to_pylist()
+                    qparts[part].add(
+                        "quarantine",
+                        _quarantine_row(raws[i], failed, checks, row, now, config.max_raw_bytes),
+                    )
+                offset += rows.num_rows
+    # Retire results of other suite versions for these parts (after the new commit).
+    for old in lake.parts("validation"):
+        base, _, rest = old.partition(".")
+        if base in names and rest.startswith(f"{table}.") and old != names[base]:
+            lake.delete_part("validation", old)
+            lake.delete_part("quarantine", old)
+
+
+def _quarantine_row(
+    src: dict,
+    failed: list[tuple[Rule, object]],
+    checks: pl.DataFrame,
+    row: int,
+    now: datetime,
+    cap: int,
+) -> dict:
+    raw = orjson.dumps(src, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    rid = src.get("record_id")
+    return {
+        "quarantine_id": make_record_id(str(rid), row, -2),
+        "stage": "validate",
+        "reason": failed[0][0].name,
+        "detail": "; ".join(_detail(r, v, checks, row) for r, v in failed)[:2000],
+        "record_id": rid,
+        "source": src.get("source"),
+        "source_format": src.get("source_format"),
+        "source_uri": src.get("source_uri"),
+        "source_index": src.get("source_index"),
+        "file_sha256": src.get("file_sha256"),
+        "raw": raw[:cap],
+        "raw_bytes": len(raw),
+        "quarantined_at": now,
+    }
+
+
+def validate(lake: Lake, config: ValidateConfig | None = None) -> ValidateResult:
+    config = config or ValidateConfig()
+    version = suite_version(config.limits)
+    now = config.now or datetime.now(UTC)
+    suites = {t: rules_for(t, config.limits) for t in config.tables}
+    counts: dict[str, dict[str, int]] = {t: defaultdict(int) for t in config.tables}
+    rule_counts: dict[tuple[str, str], dict] = {
+        (t, r.name): {
+            "table": t,
+            "rule": r.name,
+            "severity": r.severity,
+            "evaluated": 0,
+            "failed": 0,
+        }
+        for t, rs in suites.items()
+        for r in rs
+    }
+    runner: GXRunner | None = None
+    docs_dir = None
+    if config.data_docs:
+        docs_dir = (
+            lake.path("reports", "validation")
+            if lake.is_local
+            else tempfile.mkdtemp(prefix="gx-docs-")
+        )
+
+    for table in config.tables:
+        parts = ingested_parts(lake, table)
+        done = set(lake.parts("validation"))
+        todo = [p for p in parts if config.force or f"{p}.{table}.{version}" not in done]
+        counts[table]["parts"] = len(parts)
+        counts[table]["parts_skipped"] = len(parts) - len(todo)
+        if not todo:
+            continue
+        if runner is None:
+            runner = GXRunner(suites, docs_dir)
+        dups = _duplicates(lake, table, parts)
+        for group in _groups(lake, table, todo, config.chunk_rows):
+            _validate_group(
+                lake, table, group, version, now, runner, dups, config, counts[table], rule_counts
+            )
+
+    docs_index = None
+    if runner is not None and docs_dir:
+        runner.build_docs()
+        if not lake.is_local:
+            lake.fs.put(docs_dir, lake.path("reports", "validation"), recursive=True)
+        docs_index = lake.path("reports", "validation", "index.html")
+    return ValidateResult(
+        version, {t: dict(c) for t, c in counts.items()}, list(rule_counts.values()), docs_index
+    )
+
+
+def summary_markdown(result: ValidateResult) -> str:
+    lines = [
+        f"# Validation (suite {result.suite_version})",
+        "",
+        "| table | rows | passed | quarantined | flagged | parts validated | parts skipped |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for t, c in result.tables.items():
+        lines.append(
+            f"| {t} | {c.get('rows', 0)} | {c.get('passed', 0)} | {c.get('quarantined', 0)} | {c.get('flagged', 0)} | {c.get('parts', 0) - c.get('parts_skipped', 0)} | {c.get('parts_skipped', 0)} |"
+        )
+    lines += [
+        "",
+        "| table | expectation | severity | evaluated | passed | failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result.rule_rows():
+        lines.append(
+            f"| {r['table']} | {r['rule']} | {r['severity']} | {r['evaluated']} | {r['evaluated'] - r['failed']} | {r['failed']} |"
+        )
+    if result.docs_index:
+        lines += ["", f"Data Docs: `{result.docs_index}`"]
+    return "\n".join(lines)

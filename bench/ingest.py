@@ -41,7 +41,35 @@ print(json.dumps({"records": n, "seconds": dt, "peak_rss_mb": resource.getrusage
 def generate(path: Path, mb: int, seed: int = 0) -> int:
     """OpenAI tool-call trajectories of ~2 KB each until the file reaches ``mb`` MB."""
     rng = random.Random(seed)
-    words = ["the", "of", "a", "to", "in", "is", "for", "on", "that", "with", "as", "by", "at", "from", "this", "be", "are", "was", "it", "an", "or", "value", "sum", "list", "find", "result", "check"]
+    words = [
+        "the",
+        "of",
+        "a",
+        "to",
+        "in",
+        "is",
+        "for",
+        "on",
+        "that",
+        "with",
+        "as",
+        "by",
+        "at",
+        "from",
+        "this",
+        "be",
+        "are",
+        "was",
+        "it",
+        "an",
+        "or",
+        "value",
+        "sum",
+        "list",
+        "find",
+        "result",
+        "check",
+    ]
     n, size, target = 0, 0, mb * 1_000_000
     with path.open("w") as f:
         while size < target:

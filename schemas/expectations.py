@@ -46,208 +46,59 @@ class Limits:
     max_question_chars: int = 20_000
 
 
-def _t(name, column, kind, severity, description, **kw) -> Rule:
-    return Rule(name, "trajectories", column, kind, severity, description, **kw)
+def _rule(table: str):
+    def make(name, column, kind, severity, description, **kw) -> Rule:
+        return Rule(name, table, column, kind, severity, description, **kw)
+
+    return make
 
 
+# fmt: off
 def trajectory_rules(limits: Limits) -> list[Rule]:
+    t = _rule("trajectories")
     return [
-        _t("record_id_not_null", "record_id", "not_null", "error", "every row has a record id"),
-        _t(
-            "record_id_unique",
-            "record_id_unique",
-            "true",
-            "error",
-            "record ids are unique across the whole table",
-        ),
-        _t(
-            "trajectory_id_not_null",
-            "trajectory_id",
-            "not_null",
-            "error",
-            "every trajectory has a content id",
-        ),
-        _t(
-            "question_present",
-            "question_present",
-            "true",
-            "error",
-            "the question text is not empty",
-        ),
-        _t(
-            "roles_allowed",
-            "roles_allowed",
-            "true",
-            "error",
-            "roles are system, user, assistant or tool",
-            detail_column="roles_allowed_at",
-        ),
-        _t(
-            "first_turn_is_user",
-            "first_turn_is_user",
-            "true",
-            "error",
-            "the first non-system message is from the user",
-            detail_column="first_turn_role",
-        ),
-        _t(
-            "tool_calls_answered",
-            "tool_calls_answered",
-            "true",
-            "error",
-            "every tool call has exactly one result (calls of the last assistant turn may have none)",
-            detail_column="tool_calls_answered_at",
-        ),
-        _t(
-            "tool_results_match_calls",
-            "tool_results_match_calls",
-            "true",
-            "error",
-            "every tool result answers exactly one call",
-            detail_column="tool_results_match_calls_at",
-        ),
-        _t(
-            "tool_arguments_json",
-            "tool_arguments_json",
-            "true",
-            "error",
-            "tool-call arguments parse as a JSON object",
-            detail_column="tool_arguments_json_at",
-        ),
-        _t(
-            "no_hallucinated_tool",
-            "no_hallucinated_tool",
-            "true",
-            "error",
-            "called tools are among the declared tools (when tools are declared)",
-            detail_column="no_hallucinated_tool_at",
-        ),
-        _t(
-            "no_empty_assistant_turn",
-            "no_empty_assistant_turn",
-            "true",
-            "warn",
-            "no assistant turn without text and without tool calls",
-            detail_column="no_empty_assistant_turn_at",
-        ),
-        _t(
-            "reward_in_range",
-            "reward",
-            "between",
-            "error",
-            f"reward within [{limits.reward_min}, {limits.reward_max}]",
-            kwargs={"min_value": limits.reward_min, "max_value": limits.reward_max},
-        ),
-        _t(
-            "is_correct_matches_reward",
-            "is_correct_matches_reward",
-            "true",
-            "error",
-            "is_correct agrees with reward > 0 where both exist",
-        ),
-        _t(
-            "messages_within_limit",
-            "num_messages",
-            "between",
-            "warn",
-            f"1 to {limits.max_messages} messages",
-            kwargs={"min_value": 1, "max_value": limits.max_messages},
-        ),
-        _t(
-            "chars_within_limit",
-            "total_chars",
-            "between",
-            "warn",
-            f"at most {limits.max_chars} characters of text",
-            kwargs={"min_value": 1, "max_value": limits.max_chars},
-        ),
+        t("record_id_not_null", "record_id", "not_null", "error", "every row has a record id"),
+        t("record_id_unique", "record_id_unique", "true", "error", "record ids are unique across the whole table"),
+        t("trajectory_id_not_null", "trajectory_id", "not_null", "error", "every trajectory has a content id"),
+        t("question_present", "question_present", "true", "error", "the question text is not empty"),
+        t("roles_allowed", "roles_allowed", "true", "error", "roles are system, user, assistant or tool", detail_column="roles_allowed_at"),
+        t("first_turn_is_user", "first_turn_is_user", "true", "error", "the first non-system message is from the user", detail_column="first_turn_role"),
+        t("tool_calls_answered", "tool_calls_answered", "true", "error", "every tool call has exactly one result (calls of the last assistant turn may have none)", detail_column="tool_calls_answered_at"),
+        t("tool_results_match_calls", "tool_results_match_calls", "true", "error", "every tool result answers exactly one call", detail_column="tool_results_match_calls_at"),
+        t("tool_arguments_json", "tool_arguments_json", "true", "error", "tool-call arguments parse as a JSON object", detail_column="tool_arguments_json_at"),
+        t("no_hallucinated_tool", "no_hallucinated_tool", "true", "error", "called tools are among the declared tools (when tools are declared)", detail_column="no_hallucinated_tool_at"),
+        t("no_empty_assistant_turn", "no_empty_assistant_turn", "true", "warn", "no assistant turn without text and without tool calls", detail_column="no_empty_assistant_turn_at"),
+        t("reward_in_range", "reward", "between", "error", f"reward within [{limits.reward_min}, {limits.reward_max}]", kwargs={"min_value": limits.reward_min, "max_value": limits.reward_max}),
+        t("is_correct_matches_reward", "is_correct_matches_reward", "true", "error", "is_correct agrees with reward > 0 where both exist"),
+        t("messages_within_limit", "num_messages", "between", "warn", f"1 to {limits.max_messages} messages", kwargs={"min_value": 1, "max_value": limits.max_messages}),
+        t("chars_within_limit", "total_chars", "between", "warn", f"at most {limits.max_chars} characters of text", kwargs={"min_value": 0, "max_value": limits.max_chars}),
     ]
 
 
 def question_rules(limits: Limits) -> list[Rule]:
-    def q(name, column, kind, severity, description, **kw) -> Rule:
-        return Rule(name, "questions", column, kind, severity, description, **kw)
-
+    q = _rule("questions")
     return [
         q("record_id_not_null", "record_id", "not_null", "error", "every row has a record id"),
-        q(
-            "record_id_unique",
-            "record_id_unique",
-            "true",
-            "error",
-            "record ids are unique across the whole table",
-        ),
+        q("record_id_unique", "record_id_unique", "true", "error", "record ids are unique across the whole table"),
         q("question_id_not_null", "question_id", "not_null", "error", "every question has an id"),
-        q(
-            "question_present",
-            "question_present",
-            "true",
-            "error",
-            "the question text is not empty",
-        ),
-        q(
-            "ground_truth_present",
-            "ground_truth_present",
-            "true",
-            "error",
-            "RL questions (math, function calling) have a ground truth",
-        ),
-        q(
-            "ground_truth_normalizable",
-            "ground_truth_normalizable",
-            "true",
-            "error",
-            "the ground truth parses (numbers, LaTeX via math-verify, JSON calls)",
-            detail_column="ground_truth",
-        ),
-        q(
-            "question_within_limit",
-            "question_chars",
-            "between",
-            "warn",
-            f"question of 1 to {limits.max_question_chars} characters",
-            kwargs={"min_value": 1, "max_value": limits.max_question_chars},
-        ),
+        q("question_present", "question_present", "true", "error", "the question text is not empty"),
+        q("ground_truth_present", "ground_truth_present", "true", "error", "RL questions (math, function calling) have a ground truth"),
+        q("ground_truth_normalizable", "ground_truth_normalizable", "true", "error", "a ground truth, when present, parses (numbers, LaTeX via math-verify, JSON calls)", detail_column="ground_truth"),
+        q("question_within_limit", "question_chars", "between", "warn", f"question of at most {limits.max_question_chars} characters", kwargs={"min_value": 0, "max_value": limits.max_question_chars}),
     ]
 
 
 def attempt_rules(limits: Limits) -> list[Rule]:
-    def a(name, column, kind, severity, description, **kw) -> Rule:
-        return Rule(name, "attempts", column, kind, severity, description, **kw)
-
+    a = _rule("attempts")
     return [
         a("record_id_not_null", "record_id", "not_null", "error", "every row has a record id"),
-        a(
-            "record_id_unique",
-            "record_id_unique",
-            "true",
-            "error",
-            "record ids are unique across the whole table",
-        ),
-        a(
-            "question_id_not_null",
-            "question_id",
-            "not_null",
-            "error",
-            "every attempt names its question",
-        ),
+        a("record_id_unique", "record_id_unique", "true", "error", "record ids are unique across the whole table"),
+        a("question_id_not_null", "question_id", "not_null", "error", "every attempt names its question"),
         a("is_correct_not_null", "is_correct", "not_null", "error", "every attempt is graded"),
-        a(
-            "score_in_range",
-            "score",
-            "between",
-            "error",
-            "score within [0, 1]",
-            kwargs={"min_value": 0.0, "max_value": 1.0},
-        ),
-        a(
-            "is_correct_matches_score",
-            "is_correct_matches_score",
-            "true",
-            "error",
-            "is_correct agrees with score > 0 where both exist",
-        ),
+        a("score_in_range", "score", "between", "error", "score within [0, 1]", kwargs={"min_value": 0.0, "max_value": 1.0}),
+        a("is_correct_matches_score", "is_correct_matches_score", "true", "error", "is_correct agrees with score > 0 where both exist"),
     ]
+# fmt: on
 
 
 SUITES = {"trajectories": trajectory_rules, "questions": question_rules, "attempts": attempt_rules}

@@ -38,3 +38,23 @@ def test_ingest_flow_records_a_table_artifact(harness, shared, tmp_path):
         "reason_tool_use_demo_50.jsonl",
     }
     assert sum(r.name.startswith("ingest ") for r in runs) >= 3
+
+
+def test_validate_flow_records_a_markdown_artifact(harness, shared, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.ingest import ingest_flow
+    from flows.validate import validate_flow
+
+    lake = str(tmp_path / "lake")
+    ingest_flow(paths=[str(shared / "tau_bench")], lake=lake)
+    state = validate_flow(lake=lake, return_state=True)
+    assert state.is_completed()
+    out = state.result()
+    assert out["tables"]["trajectories"]["rows"] == 229 and out["tables"]["trajectories"]["passed"] == 229
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["validation"])))
+    md = arts[0].data
+    assert arts[0].type == "markdown" and "| trajectories | tool_calls_answered | error | 229 | 229 | 0 |" in md
+    assert (tmp_path / "lake/reports/validation/index.html").exists()

@@ -9,6 +9,8 @@ tool arguments and tool specs, which go through orjson with a cache of identical
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 import polars as pl
 import pyarrow as pa
@@ -88,6 +90,7 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
     )
     per_row = msgs.group_by("row").agg(
         roles_allowed_at=_first_bad(~pl.col("role").is_in(ROLES)),
+        roles_allowed_value=pl.col("role").filter(~pl.col("role").is_in(ROLES)).first(),
         first_turn_role=pl.col("role").filter(pl.col("role") != "system").first(),
         no_empty_assistant_turn_at=_first_bad(
             (pl.col("role") == "assistant")
@@ -130,13 +133,24 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
     )
     per_call = calls.group_by("row").agg(
         tool_arguments_json_at=_first_bad(~pl.col("args_ok")),
+        tool_arguments_json_value=pl.col("arguments")
+        .filter(~pl.col("args_ok"))
+        .first()
+        .str.slice(0, 200),
         no_hallucinated_tool_at=_first_bad(~pl.col("name_ok")),
+        no_hallucinated_tool_value=pl.col("name").filter(~pl.col("name_ok")).first(),
         tool_calls_answered_at=_first_bad(~pl.col("answered_ok")),
+        tool_calls_answered_value=pl.col("id").filter(~pl.col("answered_ok")).first(),
     )
     per_result = (
         results.join(call_counts, on=["row", "id"], how="left")
         .group_by("row")
-        .agg(tool_results_match_calls_at=_first_bad(pl.col("n_calls").fill_null(0) != 1))
+        .agg(
+            tool_results_match_calls_at=_first_bad(pl.col("n_calls").fill_null(0) != 1),
+            tool_results_match_calls_value=pl.col("id")
+            .filter(pl.col("n_calls").fill_null(0) != 1)
+            .first(),
+        )
     )
     out = (
         df.drop("messages", "tools")
@@ -155,16 +169,21 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
         question_present=pl.col("question").fill_null("").str.strip_chars().str.len_chars() > 0,
         roles_allowed=pl.col("roles_allowed_at").is_null(),
         roles_allowed_at=pl.col("roles_allowed_at"),
+        roles_allowed_value=pl.col("roles_allowed_value"),
         first_turn_is_user=pl.col("first_turn_role").fill_null("") == "user",
         first_turn_role=pl.col("first_turn_role"),
         tool_calls_answered=pl.col("tool_calls_answered_at").is_null(),
         tool_calls_answered_at=pl.col("tool_calls_answered_at"),
+        tool_calls_answered_value=pl.col("tool_calls_answered_value"),
         tool_results_match_calls=pl.col("tool_results_match_calls_at").is_null(),
         tool_results_match_calls_at=pl.col("tool_results_match_calls_at"),
+        tool_results_match_calls_value=pl.col("tool_results_match_calls_value"),
         tool_arguments_json=pl.col("tool_arguments_json_at").is_null(),
         tool_arguments_json_at=pl.col("tool_arguments_json_at"),
+        tool_arguments_json_value=pl.col("tool_arguments_json_value"),
         no_hallucinated_tool=pl.col("no_hallucinated_tool_at").is_null(),
         no_hallucinated_tool_at=pl.col("no_hallucinated_tool_at"),
+        no_hallucinated_tool_value=pl.col("no_hallucinated_tool_value"),
         no_empty_assistant_turn=pl.col("no_empty_assistant_turn_at").is_null(),
         no_empty_assistant_turn_at=pl.col("no_empty_assistant_turn_at"),
         is_correct_matches_reward=pl.col("is_correct").is_null()
@@ -174,13 +193,14 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
 
 
 _gt_cache: dict[tuple[str, str], bool] = {}
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
 def normalizable(gt: str | None, kind: str | None) -> bool:
     """Can the ground truth be used by a verifier? Numbers must be canonical numbers, LaTeX must
     parse with math-verify, function-call answers must be JSON."""
     if gt is None:
-        return False
+        return True  # absence is ground_truth_present's business
     key = (gt, kind or "")
     if key in _gt_cache:
         return _gt_cache[key]
@@ -196,7 +216,8 @@ def normalizable(gt: str | None, kind: str | None) -> bool:
         from math_verify import parse
 
         try:
-            ok = bool(parse("$" + gt + "$", parsing_timeout=None))
+            # math-verify falls back to the raw string when nothing parses: require a real object
+            ok = any(not isinstance(x, str) for x in parse("$" + gt + "$", parsing_timeout=None))
         except Exception:  # noqa: BLE001 - any parser failure means "not normalizable"
             ok = False
     else:

@@ -67,17 +67,25 @@ def _duplicates(lake: Lake, table: str, parts: list[str]) -> set[str]:
     return set(ids.filter(pl.col("record_id").is_duplicated())["record_id"].to_list())
 
 
+def _plain(value: object) -> object:
+    return value.item() if hasattr(value, "item") else value
+
+
 def _detail(rule: Rule, value: object, checks: pl.DataFrame, row: int) -> str:
-    text = f"{rule.name}: {rule.column}={value!r}"
-    if rule.detail_column:
-        at = checks[rule.detail_column][row]
-        if at is not None:
-            text += (
-                f" (at message {at})"
-                if rule.detail_column.endswith("_at")
-                else f" ({rule.detail_column}={at!r})"
-            )
-    return text + f" — expected: {rule.description}"
+    """``rule: offending value (where) — expected: ...``"""
+    if f"{rule.name}_value" in checks.columns:
+        text = f"{rule.name}: {checks[f'{rule.name}_value'][row]!r}"
+    elif rule.kind == "true" and rule.detail_column and not rule.detail_column.endswith("_at"):
+        text = f"{rule.name}: {rule.detail_column}={checks[rule.detail_column][row]!r}"
+    else:
+        text = f"{rule.name}: {rule.column}={_plain(value)!r}"
+    if (
+        rule.detail_column
+        and rule.detail_column.endswith("_at")
+        and checks[rule.detail_column][row] is not None
+    ):
+        text += f" at message {checks[rule.detail_column][row]}"
+    return text + f" (expected: {rule.description})"
 
 
 def _groups(lake: Lake, table: str, parts: list[str], chunk_rows: int) -> list[list[str]]:
@@ -111,6 +119,8 @@ def _validate_group(
     lake, table, group, version, now, runner, dups, config, counts, rule_counts
 ) -> None:
     names = {p: f"{p}.{table}.{version}" for p in group}
+    for name in names.values():  # a forced re-run must not leave an earlier run's failures behind
+        lake.delete_part("quarantine", name)
     with contextlib.ExitStack() as stack:
         vws = {p: stack.enter_context(lake.part_writer("validation", names[p])) for p in group}
         qparts = {p: stack.enter_context(LazyParts(lake, names[p])) for p in group}
@@ -203,7 +213,10 @@ def validate(lake: Lake, config: ValidateConfig | None = None) -> ValidateResult
     version = suite_version(config.limits)
     now = config.now or datetime.now(UTC)
     suites = {t: rules_for(t, config.limits) for t in config.tables}
-    counts: dict[str, dict[str, int]] = {t: defaultdict(int) for t in config.tables}
+    counts: dict[str, dict[str, int]] = {
+        t: dict.fromkeys(("rows", "passed", "quarantined", "flagged", "parts", "parts_skipped"), 0)
+        for t in config.tables
+    }
     rule_counts: dict[tuple[str, str], dict] = {
         (t, r.name): {
             "table": t,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -297,10 +298,10 @@ def test_data_docs_index_names_every_expectation(shared_lake):
     lake, _ = shared_lake
     result = validate(lake, ValidateConfig(now=PINNED))
     docs = lake.path("reports", "validation")
-    html = open(f"{docs}/index.html").read()
+    html = Path(f"{docs}/index.html").read_text()
     for table in ("trajectories", "questions", "attempts"):
         assert f"expectations/{table}.html" in html
-        page = open(f"{docs}/expectations/{table}.html").read()
+        page = Path(f"{docs}/expectations/{table}.html").read_text()
         for rule in rules_for(table):
             assert rule.name in page, (table, rule.name)
     assert result.docs_index.endswith("index.html")

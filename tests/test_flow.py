@@ -52,9 +52,17 @@ def test_validate_flow_records_a_markdown_artifact(harness, shared, tmp_path):
     state = validate_flow(lake=lake, return_state=True)
     assert state.is_completed()
     out = state.result()
-    assert out["tables"]["trajectories"]["rows"] == 229 and out["tables"]["trajectories"]["passed"] == 229
+    assert (
+        out["tables"]["trajectories"]["rows"] == 229
+        and out["tables"]["trajectories"]["passed"] == 229
+    )
     with get_client(sync_client=True) as client:
-        arts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["validation"])))
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["validation"]))
+        )
     md = arts[0].data
-    assert arts[0].type == "markdown" and "| trajectories | tool_calls_answered | error | 229 | 229 | 0 |" in md
+    assert (
+        arts[0].type == "markdown"
+        and "| trajectories | tool_calls_answered | error | 229 | 229 | 0 |" in md
+    )
     assert (tmp_path / "lake/reports/validation/index.html").exists()

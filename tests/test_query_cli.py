@@ -111,7 +111,11 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch):
     assert (tmp_path / "data/demo").is_dir() and (
         tmp_path / "data/lake/tables/trajectories"
     ).is_dir()
-    assert "records read 369 = accepted 364 + quarantined 5" in res.output
+    assert "records read 373 = accepted 368 + quarantined 5" in res.output
+    # validation ran too: three planted error rows quarantined, one flagged
+    assert "no_hallucinated_tool" in res.output and "reports/validation/index.html" in res.output
+    q = json.loads(runner.invoke(app, ["query", "SELECT stage, count(*) n FROM quarantine GROUP BY 1 ORDER BY 1", "-f", "json"]).stdout)
+    assert q == [{"stage": "ingest", "n": 5}, {"stage": "validate", "n": 3}]
     again = runner.invoke(app, ["run"])
     assert (
         "records read 0 = accepted 0 + quarantined 0" in again.output

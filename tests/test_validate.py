@@ -164,6 +164,15 @@ def _hallucinated(r):
     msg(r, 2)["tool_calls"][0]["name"] = "shell"
 
 
+def _placeholder(r):
+    r["tools"] = None  # lossy sources declare no tools
+    msg(r, 2)["tool_calls"][0]["name"] = "unknown_tool"
+
+
+def _no_assistant(r):
+    r["messages"] = r["messages"][:2]
+
+
 def _empty_turn(r):
     r["messages"].insert(
         4,
@@ -188,6 +197,8 @@ TRAJECTORY_CASES = [
     ("tool_arguments_json", _bad_args),
     ("no_hallucinated_tool", _hallucinated),
     ("no_empty_assistant_turn", _empty_turn),
+    ("no_placeholder_tool_calls", _placeholder),
+    ("has_assistant_turn", _no_assistant),
     ("reward_in_range", _set("reward", 5.0)),
     ("is_correct_matches_reward", _set("reward", 0.0)),
     ("record_id_not_null", _set("record_id", None)),
@@ -319,14 +330,32 @@ def test_real_data_quirks_pass_validation_as_documented(shared_lake):
     by = {r["source_format"]: (r["n"], r["ok"]) for r in counts}
     for fmt in (
         "tau_bench",
-        "mini_swe_agent",
         "react",
         "toolbench",
         "swe_agent",
         "openhands",
         "tora",
+        "sharegpt",
+        "llamafactory_parts",
     ):
         assert by[fmt][0] == by[fmt][1], (fmt, by[fmt])
+    # 4 deepseek-reasoner runs died on an API error before any assistant turn (FORMATS.md)
+    dead = query(
+        lake,
+        "SELECT source_uri FROM quarantine WHERE stage = 'validate' AND reason = 'has_assistant_turn'",
+    ).to_pylist()
+    assert len(dead) == 4 and all("deepseek_reasoner_dev" in d["source_uri"] for d in dead)
+    assert by["mini_swe_agent"] == (91, 87)
+    # tau-bench few-shot transcripts lost tool names: flagged, not rejected
+    flagged = query(
+        lake,
+        "SELECT count(*) n FROM valid_trajectories WHERE list_contains(validation_flags, 'no_placeholder_tool_calls')",
+    ).to_pylist()[0]["n"]
+    lossy = query(
+        lake,
+        "SELECT count(*) n FROM trajectories WHERE source_format = 'tau_bench_fewshot' AND num_tool_calls > 0",
+    ).to_pylist()[0]["n"]
+    assert flagged == lossy > 0
     # tau-bench reused ids were made unique; mini-swe's final submit call is the allowed unanswered one
     tau = query(
         lake, "SELECT count(*) n FROM valid_trajectories WHERE source_format = 'tau_bench'"

@@ -20,6 +20,7 @@ from schemas import ROLES
 from schemas.expectations import Limits
 
 RL_DOMAINS = ("math", "function_calling")
+PLACEHOLDER_TOOL = "unknown_tool"  # readers use it where the source lost the tool's name
 
 
 def _json_object(text: str | None) -> bool:
@@ -92,6 +93,7 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
         roles_allowed_at=_first_bad(~pl.col("role").is_in(ROLES)),
         roles_allowed_value=pl.col("role").filter(~pl.col("role").is_in(ROLES)).first(),
         first_turn_role=pl.col("role").filter(pl.col("role") != "system").first(),
+        n_assistant=(pl.col("role") == "assistant").sum(),
         no_empty_assistant_turn_at=_first_bad(
             (pl.col("role") == "assistant")
             & (pl.col("n_calls") == 0)
@@ -138,6 +140,7 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
         .first()
         .str.slice(0, 200),
         no_hallucinated_tool_at=_first_bad(~pl.col("name_ok")),
+        no_placeholder_tool_calls_at=_first_bad(pl.col("name") == PLACEHOLDER_TOOL),
         no_hallucinated_tool_value=pl.col("name").filter(~pl.col("name_ok")).first(),
         tool_calls_answered_at=_first_bad(~pl.col("answered_ok")),
         tool_calls_answered_value=pl.col("id").filter(~pl.col("answered_ok")).first(),
@@ -167,6 +170,7 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
         pl.col("total_chars").fill_null(0).cast(pl.Int64),
         record_id_unique=~pl.col("record_id").is_duplicated(),
         question_present=pl.col("question").fill_null("").str.strip_chars().str.len_chars() > 0,
+        has_assistant_turn=pl.col("n_assistant").fill_null(0) > 0,
         roles_allowed=pl.col("roles_allowed_at").is_null(),
         roles_allowed_at=pl.col("roles_allowed_at"),
         roles_allowed_value=pl.col("roles_allowed_value"),
@@ -184,6 +188,8 @@ def trajectory_checks(table: pa.Table, limits: Limits) -> pl.DataFrame:
         no_hallucinated_tool=pl.col("no_hallucinated_tool_at").is_null(),
         no_hallucinated_tool_at=pl.col("no_hallucinated_tool_at"),
         no_hallucinated_tool_value=pl.col("no_hallucinated_tool_value"),
+        no_placeholder_tool_calls=pl.col("no_placeholder_tool_calls_at").is_null(),
+        no_placeholder_tool_calls_at=pl.col("no_placeholder_tool_calls_at"),
         no_empty_assistant_turn=pl.col("no_empty_assistant_turn_at").is_null(),
         no_empty_assistant_turn_at=pl.col("no_empty_assistant_turn_at"),
         is_correct_matches_reward=pl.col("is_correct").is_null()

@@ -252,6 +252,65 @@ def validate(
     _print_validate(out)
 
 
+def _print_dedup(out: dict) -> None:
+    c = out["counts"]
+    p = out["params"]
+    console.print(
+        f"[bold]dedup[/bold] ({p['backend']} signatures, {p['lsh']} LSH, b={p['bands']} r={p['rows']}, threshold {p['threshold']})"
+    )
+    rows = [
+        {
+            "scope": "questions (distinct ids)",
+            "in": c["questions_distinct"],
+            "kept": c["questions_kept"],
+            "exact": c["question_rows"] - c["questions_distinct"],
+            "near": c["questions_near_duplicates"],
+        },
+        {
+            "scope": "trajectories",
+            "in": c.get("trajectory_rows", 0),
+            "kept": c.get("trajectories_kept", 0),
+            "exact": c.get("trajectory_exact_duplicates", 0),
+            "near": c.get("trajectory_near_duplicates", 0),
+        },
+    ]
+    print_rows(rows)
+    console.print(
+        f"evaluation sets: {c['questions_in_eval_sets']} unique questions in one, {c['questions_contaminated']} training questions near-duplicate one; train-eligible: {c['questions_train_eligible']}"
+    )
+
+
+@app.command()
+def dedup(
+    lake: LakeOpt = None,
+    threshold: Annotated[float, typer.Option(help="Jaccard threshold for near-duplicates.")] = 0.8,
+    backend: Annotated[str, typer.Option(help="Signatures: auto | datasketch | rensa.")] = "auto",
+    lsh: Annotated[
+        str, typer.Option(help="LSH: bands (partitioned) | datasketch (MinHashLSH index).")
+    ] = "bands",
+    eval_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--eval-set", help="Registered evaluation sets (dataset or dataset/split; repeatable)."
+        ),
+    ] = None,
+) -> None:
+    """Exact and MinHash-LSH dedup across sources, and decontamination against evaluation sets."""
+    from flows.dedup import dedup_flow
+
+    if backend not in ("auto", "datasketch", "rensa") or lsh not in ("bands", "datasketch"):
+        raise typer.BadParameter("backend: auto|datasketch|rensa; lsh: bands|datasketch")
+    with console.status("deduplicating…"):
+        out = dedup_flow(
+            lake=resolve_root(lake),
+            threshold=threshold,
+            backend=backend,
+            lsh=lsh,
+            eval_sets=eval_set,
+        )
+    _print_dedup(out)
+
+
 @app.command()
 def query(
     sql: Annotated[
@@ -340,7 +399,8 @@ def run(
         typer.Option(help="Input files/folders (default: the demo corpus, generated if missing)."),
     ] = None,
 ) -> None:
-    """The main job on its defaults: ingest the inputs, validate, then print a summary and a sample query."""
+    """The main job on its defaults: ingest, validate, dedup, then print a summary and a sample query."""
+    from flows.dedup import dedup_flow
     from flows.validate import validate_flow
     from pipeline.demo import write_demo
     from pipeline.query import query as run_query
@@ -354,6 +414,8 @@ def run(
     _print_ingest(result)
     with console.status("validating with Great Expectations…"):
         _print_validate(validate_flow(lake=root))
+    with console.status("deduplicating…"):
+        _print_dedup(dedup_flow(lake=root))
     console.rule("sample query")
     console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
     print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())

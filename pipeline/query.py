@@ -28,11 +28,11 @@ def visible_parts(lake: Lake) -> dict[str, list[str]]:
     validation = [p for p in lake.parts("validation") if p.split(".", 1)[0] in committed]
     done = set(validation)
     out: dict[str, list[str]] = {"ingest_log": lake.parts("ingest_log"), "validation": validation}
-    for table in TABLES:
-        if table in out:
-            continue
-        parts = lake.parts(table)
-        out[table] = [p for p in parts if (p in committed) or ("." in p and p in done)]
+    for table in ("trajectories", "questions", "attempts", "quarantine"):
+        out[table] = [p for p in lake.parts(table) if (p in committed) or ("." in p and p in done)]
+    for table in TABLES:  # derived tables (dedup, ...) are written whole and atomically
+        if table not in out:
+            out[table] = lake.parts(table)
     return out
 
 

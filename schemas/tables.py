@@ -147,6 +147,53 @@ VALIDATION = pa.schema(
     ]
 )
 
+DEDUP_CLUSTERS = pa.schema(
+    [
+        ("scope", pa.string()),  # question | trajectory | contamination
+        ("member_id", pa.string()),  # question_id (question scopes) or record_id (trajectory)
+        (
+            "representative_id",
+            pa.string(),
+        ),  # the kept member (or, for contamination, the eval question)
+        (
+            "similarity",
+            pa.float64(),
+        ),  # estimated (or exact) Jaccard to the representative; 1.0 exact
+        ("method", pa.string()),  # self | exact | minhash
+        ("cluster_size", pa.int32()),
+    ]
+)
+
+UNIQUE_QUESTIONS = pa.schema(
+    [
+        ("question_id", pa.string()),  # the representative's id
+        ("question", pa.string()),
+        ("ground_truth", pa.string()),
+        ("answer_type", pa.string()),
+        ("domain", pa.string()),
+        ("datasets", pa.list_(pa.string())),  # dataset/split of every member from a pool
+        ("sources", pa.list_(pa.string())),  # every source any member came from
+        ("member_ids", pa.list_(pa.string())),
+        ("n_members", pa.int32()),
+        ("n_rows", pa.int64()),  # rows across questions, attempts, trajectories
+        ("in_eval_set", pa.bool_()),  # a member belongs to a registered evaluation set
+        ("contaminated_by", pa.list_(pa.string())),  # those evaluation sets
+        ("train_eligible", pa.bool_()),
+    ]
+)
+
+SIGNATURES = pa.schema(
+    [
+        ("scope", pa.string()),
+        ("item_id", pa.string()),  # question_id or trajectory_id: content hashes
+        (
+            "sig_key",
+            pa.string(),
+        ),  # backend, num_perm, n-gram, mode, versions: when it changes, recompute
+        ("signature", pa.binary()),  # uint32[num_perm], little endian
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "questions": QUESTIONS,
@@ -154,6 +201,9 @@ TABLES: dict[str, pa.Schema] = {
     "quarantine": QUARANTINE,
     "ingest_log": INGEST_LOG,
     "validation": VALIDATION,
+    "dedup_clusters": DEDUP_CLUSTERS,
+    "unique_questions": UNIQUE_QUESTIONS,
+    "minhash_signatures": SIGNATURES,
 }
 
 

@@ -66,3 +66,31 @@ def test_validate_flow_records_a_markdown_artifact(harness, shared, tmp_path):
         and "| trajectories | tool_calls_answered | error | 229 | 229 | 0 |" in md
     )
     assert (tmp_path / "lake/reports/validation/index.html").exists()
+
+
+def test_dedup_flow_records_an_artifact(harness, shared, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.dedup import dedup_flow
+    from flows.ingest import ingest_flow
+    from flows.validate import validate_flow
+
+    lake = str(tmp_path / "lake")
+    ingest_flow(paths=[str(shared / "llamafactory")], lake=lake)
+    validate_flow(lake=lake, data_docs=False)
+    state = dedup_flow(lake=lake, return_state=True)
+    assert state.is_completed()
+    out = state.result()
+    assert (
+        out["counts"]["trajectory_rows"] == 519 and out["counts"]["trajectory_exact_duplicates"] > 0
+    )
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["dedup"]))
+        )
+    assert (
+        arts[0].type == "markdown"
+        and "| data | 519 |" in arts[0].data
+        and "Largest question clusters" in arts[0].data
+    )

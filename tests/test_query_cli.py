@@ -114,8 +114,32 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch):
     assert "records read 373 = accepted 368 + quarantined 5" in res.output
     # validation ran too: three planted error rows quarantined, one flagged
     assert "no_hallucinated_tool" in res.output and "reports/validation/index.html" in res.output
-    q = json.loads(runner.invoke(app, ["query", "SELECT stage, count(*) n FROM quarantine GROUP BY 1 ORDER BY 1", "-f", "json"]).stdout)
+    q = json.loads(
+        runner.invoke(
+            app,
+            [
+                "query",
+                "SELECT stage, count(*) n FROM quarantine GROUP BY 1 ORDER BY 1",
+                "-f",
+                "json",
+            ],
+        ).stdout
+    )
     assert q == [{"stage": "ingest", "n": 5}, {"stage": "validate", "n": 3}]
+    # dedup ran: the duplicated demo trajectory maps to its representative
+    assert "dedup (" in res.output
+    d = json.loads(
+        runner.invoke(
+            app,
+            [
+                "query",
+                "SELECT method, count(*) n FROM dedup_clusters WHERE scope = 'trajectory' GROUP BY 1 ORDER BY 1",
+                "-f",
+                "json",
+            ],
+        ).stdout
+    )
+    assert {"method": "exact", "n": 1} in d
     again = runner.invoke(app, ["run"])
     assert (
         "records read 0 = accepted 0 + quarantined 0" in again.output

@@ -4,12 +4,15 @@ Decisions: the ``exit`` message is not a chat role; it is dropped from ``message
 content (the patch, or the error) becomes ``final_answer``, with ``exit_status`` in metadata.
 The last assistant call (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT``) has no result: allowed as
 a terminal call. Per-message ``extra`` (raw provider responses, most of each file's bytes) is not
-copied; lineage points back to the file. ``reasoning_content`` becomes ``reasoning``. The reward
+copied; lineage points back to the file. ``reasoning_content`` becomes ``reasoning``. The question
+is the PR description inside ``<pr_description>`` (the rest of the first user turn is a
+template shared by all instances). The reward
 is 1/0 from a ``results.json`` (SWE-bench report: ``resolved_ids``) in the same folder, if any.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +23,21 @@ from pipeline.ingest.errors import Reason, RecordError
 from pipeline.ingest.readers.base import Context, Reader, has_keys
 from pipeline.ingest.readers.openai_chat import from_openai_message
 from pipeline.ingest.records import Rec, TrajectoryRec, require
+
+PR_RE = re.compile(
+    r"<pr_description>\s*(?:Consider the following PR description:\s*)?(.*?)\s*</pr_description>",
+    re.S,
+)
+
+
+def task_statement(messages: list[dict]) -> str | None:
+    """The PR description inside the templated first user turn: the task's identity, so the
+    prompt template shared by every instance does not make all instances look alike."""
+    for m in messages:
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            found = PR_RE.search(m["content"])
+            return found.group(1) if found else None
+    return None
 
 
 def _results(ctx: Context) -> dict | None:
@@ -67,6 +85,7 @@ class MiniSweAgentReader(Reader):
             raise RecordError(Reason.NO_QUESTION, "trajectory has no user message")
         yield TrajectoryRec(
             messages=out,
+            question=task_statement(out),
             domain="software_engineering",
             final_answer=final if isinstance(final, str) else None,
             reward=reward,

@@ -5,12 +5,14 @@ is absent). Function-calling files keep their ``tool_calls``; the tool reply lin
 ``tool_call_ids`` (a list) and takes its first id. In text-action files an assistant turn with an
 ``action`` becomes a call of tool ``bash`` with ``{"command": action}``, and the ``user``
 observation right after it becomes that call's result. ``info.submission`` is
-``final_answer``; there is no reward. Demos and CTF runs get domain ``ctf`` or
+``final_answer``; there is no reward. The question is the issue (or CTF challenge) text inside
+the templated first user turn (demonstration turns are skipped). Demos and CTF runs get domain ``ctf`` or
 ``software_engineering`` by path.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,6 +32,31 @@ BASH_TOOL = {
         },
     },
 }
+
+
+TASK_RES = [
+    re.compile(r"ISSUE:\n(.*?)\n\s*INSTRUCTIONS:", re.S),
+    re.compile(r"(The CTF challenge is .*?)\n\s*INSTRUCTIONS:", re.S),
+]
+
+
+def task_statement(messages: list[dict]) -> str | None:
+    """The issue (or CTF challenge) text of the first user turn that is not a demonstration:
+    the task's identity, without the prompt template around it."""
+    for m in messages:
+        text = m.get("content")
+        if (
+            m.get("role") != "user"
+            or not isinstance(text, str)
+            or text.startswith("Here is a demonstration")
+        ):
+            continue
+        for rx in TASK_RES:
+            found = rx.search(text)
+            if found:
+                return found.group(1).strip()
+        return None
+    return None
 
 
 def _from_steps(steps: list) -> list[dict]:
@@ -123,6 +150,7 @@ class SweAgentReader(Reader):
         stats = info.get("model_stats") if isinstance(info.get("model_stats"), dict) else {}
         yield TrajectoryRec(
             messages=msgs,
+            question=task_statement(msgs),
             tools=None if function_calling else [BASH_TOOL],
             domain=domain,
             final_answer=info.get("submission")

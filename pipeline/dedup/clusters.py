@@ -1,0 +1,77 @@
+"""Union-find over verified pairs, and the representative policy.
+
+Which member represents a cluster is decided by a sort key, never by arrival order:
+
+* questions: has a ground truth, comes from a question pool (not only from attempts or
+  trajectories), appears in more sources, earliest ingested, then the smallest id;
+* trajectories: correct, higher reward, passed validation without flags, more messages (more
+  complete), has a final answer, earliest ingested, then the smallest record id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class UnionFind:
+    def __init__(self, n: int):
+        self.parent = np.arange(n)
+
+    def find(self, x: int) -> int:
+        p = self.parent
+        root = x
+        while p[root] != root:
+            root = p[root]
+        while p[x] != root:  # path compression
+            p[x], x = root, p[x]
+        return int(root)
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def labels(self) -> np.ndarray:
+        return np.array([self.find(i) for i in range(len(self.parent))])
+
+
+def clusters(n: int, pairs: np.ndarray) -> np.ndarray:
+    """Cluster label (smallest member index) of each of ``n`` items given linked pairs."""
+    uf = UnionFind(n)
+    for a, b in pairs:
+        uf.union(int(a), int(b))
+    return uf.labels()
+
+
+def pick_representatives(labels: np.ndarray, sort_keys: list[tuple]) -> np.ndarray:
+    """Index of each item's cluster representative: the member with the smallest sort key."""
+    best: dict[int, int] = {}
+    for i, lab in enumerate(labels):
+        j = best.get(int(lab))
+        if j is None or sort_keys[i] < sort_keys[j]:
+            best[int(lab)] = i
+    return np.array([best[int(lab)] for lab in labels], dtype=np.int64)
+
+
+def question_key(has_gt: bool, from_pool: bool, n_sources: int, first_ingested, qid: str) -> tuple:
+    return (not has_gt, not from_pool, -n_sources, first_ingested, qid)
+
+
+def trajectory_key(
+    is_correct,
+    reward,
+    passed_clean: bool,
+    num_messages: int,
+    has_final: bool,
+    ingested_at,
+    record_id: str,
+) -> tuple:
+    return (
+        is_correct is not True,
+        -(reward if reward is not None else float("-inf")),
+        not passed_clean,
+        -num_messages,
+        not has_final,
+        ingested_at,
+        record_id,
+    )

@@ -1,0 +1,444 @@
+"""The dedup stage: exact and MinHash-LSH near-duplicates, across sources, with decontamination.
+
+Scopes:
+
+* **questions**: every question text of ``valid_questions``, ``valid_attempts`` and
+  ``valid_trajectories``. Exact duplicates share a ``question_id`` already (the hash of the
+  normalized text), so the items are the distinct ids; near-duplicates are merged by MinHash LSH.
+  Each cluster becomes one ``unique_questions`` row listing every member, dataset and source.
+* **trajectories**: exact duplicates by ``trajectory_id`` (content hash), then near-duplicates
+  among the remaining ones *of the same question cluster*.
+* **contamination**: a cluster holding a question of a registered evaluation set (AIME, AMC,
+  MATH-500, GSM8K test, ...) is ``in_eval_set`` and not ``train_eligible``; each of its members
+  that is not itself in an evaluation set gets a ``contamination`` row naming the evaluation
+  question it matches.
+
+Nothing is deleted: ``dedup_clusters`` maps every member to its representative with the
+similarity. Signatures are persisted (``minhash_signatures``, keyed by content id and signature
+config), so a later run computes signatures only for new items and gives the same clusters as a
+full run. Outputs are rewritten whole (atomically) on every run; they are small.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from pipeline.dedup.clusters import clusters, pick_representatives, question_key, trajectory_key
+from pipeline.dedup.lsh import (
+    band_pairs,
+    band_params,
+    band_partitions,
+    datasketch_pairs,
+    union_pairs,
+)
+from pipeline.dedup.minhash import backend as make_backend
+from pipeline.dedup.minhash import estimated_jaccard, exact_jaccard
+from pipeline.ids import digest
+from pipeline.lake import Lake
+from pipeline.query import query
+
+DEFAULT_EVAL_SETS = ("aime2024", "aime2025", "amc2023", "math500", "gsm8k/test")
+
+
+@dataclass
+class DedupConfig:
+    """Options of the dedup stage."""
+
+    threshold: float = 0.8  # Jaccard threshold for near-duplicates
+    num_perm: int = 128
+    ngram: int = 5
+    mode: str = "word"  # word | char shingles
+    backend: str = "auto"  # auto (rensa if installed) | datasketch | rensa
+    lsh: str = "bands"  # bands (partitioned, vectorized) | datasketch (MinHashLSH index)
+    # false-positive / false-negative weights for datasketch's optimal (b, r): favour recall, since
+    # every candidate is verified (b=14, r=9 for 0.8/128: P(candidate | J=0.85) = 0.975)
+    weights: tuple[float, float] = (0.1, 0.9)
+    verify: str = "estimate"  # estimate | exact: how candidate pairs are verified
+    band_partitions: int = 3
+    workers: int = 2  # threads computing signature partitions
+    partition_docs: int = 5_000
+    eval_sets: tuple[str, ...] = DEFAULT_EVAL_SETS  # dataset or dataset/split names
+    max_text_chars: int = 20_000  # trajectory text used for shingles
+    trajectories: bool = True
+    storage_config: dict | None = None  # datasketch storage (e.g. Redis) for lsh="datasketch"
+
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        try:
+            import rensa  # noqa: F401
+
+            return "rensa"
+        except ImportError:
+            return "datasketch"
+
+    def sig_key(self) -> str:
+        versions = {"polars": md.version("polars"), "datasketch": md.version("datasketch")}
+        if self.resolved_backend() == "rensa":
+            versions["rensa"] = md.version("rensa")
+        return digest(
+            orjson.dumps([self.resolved_backend(), self.num_perm, self.ngram, self.mode, versions]),
+            8,
+        )
+
+
+@dataclass
+class DedupResult:
+    counts: dict[str, int]
+    largest_clusters: list[dict]
+    per_source: list[dict]
+    params: dict = field(default_factory=dict)
+
+
+# ---- signatures ----------------------------------------------------------------------------
+
+
+def signatures_for(
+    lake: Lake, scope: str, ids: list[str], texts: list[str], config: DedupConfig
+) -> tuple[np.ndarray, int]:
+    """Signatures of ``ids`` (persisted ones reused); returns (uint32 [n, P], newly computed)."""
+    key = config.sig_key()
+    known: dict[str, bytes] = {}
+    for part in lake.parts("minhash_signatures"):
+        if part.startswith(f"{scope}-{key}-"):
+            t = lake.read_part("minhash_signatures", part)
+            known.update(zip(t["item_id"].to_pylist(), t["signature"].to_pylist(), strict=True))
+    todo = [i for i, x in enumerate(ids) if x not in known]
+    out = np.empty((len(ids), config.num_perm), dtype=np.uint32)
+    for i, x in enumerate(ids):
+        if x in known:
+            out[i] = np.frombuffer(known[x], dtype="<u4")
+    if todo:
+        be = make_backend(config.resolved_backend(), config.num_perm, 1, config.ngram, config.mode)
+        chunks = [
+            todo[i : i + config.partition_docs] for i in range(0, len(todo), config.partition_docs)
+        ]
+        with ThreadPoolExecutor(max_workers=max(1, config.workers)) as pool:
+            results = list(pool.map(lambda c: be.signatures([texts[i] for i in c]), chunks))
+        for c, sig in zip(chunks, results, strict=True):
+            out[c] = sig
+        new_ids = [ids[i] for i in todo]
+        table = pa.table(
+            {
+                "scope": [scope] * len(todo),
+                "item_id": new_ids,
+                "sig_key": [key] * len(todo),
+                "signature": [out[i].astype("<u4").tobytes() for i in todo],
+            }
+        )
+        lake.write_part(
+            "minhash_signatures",
+            f"{scope}-{key}-{digest(''.join(sorted(new_ids)).encode(), 8)}",
+            table,
+        )
+    return out, len(todo)
+
+
+def candidate_pairs(
+    sigs: np.ndarray, config: DedupConfig, groups: np.ndarray | None = None
+) -> np.ndarray:
+    b, r = band_params(config.threshold, config.num_perm, config.weights)
+    if config.lsh == "datasketch":
+        be = make_backend("datasketch", config.num_perm)
+        pairs = datasketch_pairs(
+            sigs, be.lean, config.threshold, config.num_perm, (b, r), config.storage_config
+        )
+        if groups is not None and len(pairs):
+            pairs = pairs[groups[pairs[:, 0]] == groups[pairs[:, 1]]]
+        return pairs
+    return union_pairs(
+        [band_pairs(sigs, r, rng, groups) for rng in band_partitions(b, config.band_partitions)]
+    )
+
+
+def verified(
+    pairs: np.ndarray, sigs: np.ndarray, texts: list[str], config: DedupConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs whose (estimated or exact) Jaccard reaches the threshold, with the similarity."""
+    if not len(pairs):
+        return pairs, np.zeros(0)
+    if config.verify == "exact":
+        sim = np.array(
+            [exact_jaccard(texts[a], texts[b], config.ngram, config.mode) for a, b in pairs]
+        )
+    else:
+        sim = estimated_jaccard(sigs[pairs[:, 0]], sigs[pairs[:, 1]])
+    keep = sim >= config.threshold
+    return pairs[keep], sim[keep]
+
+
+# ---- scopes --------------------------------------------------------------------------------
+
+QUESTION_ITEMS = """
+WITH q AS (
+  SELECT question_id, question, ground_truth, answer_type, domain, dataset || '/' || coalesce(split, '') AS ds,
+         dataset, source, ingested_at, 0 AS pri FROM valid_questions
+  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 1 FROM valid_attempts
+  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 2 FROM valid_trajectories)
+SELECT question_id,
+       first(question ORDER BY pri, ingested_at, source) AS question,
+       first(ground_truth ORDER BY pri, ingested_at, source) FILTER (WHERE ground_truth IS NOT NULL) AS ground_truth,
+       first(answer_type ORDER BY pri, ingested_at) FILTER (WHERE answer_type IS NOT NULL) AS answer_type,
+       first(domain ORDER BY pri, ingested_at) FILTER (WHERE domain IS NOT NULL) AS domain,
+       coalesce(list_sort(list(DISTINCT ds) FILTER (WHERE ds IS NOT NULL)), []::VARCHAR[]) AS datasets,
+       coalesce(list_sort(list(DISTINCT dataset) FILTER (WHERE dataset IS NOT NULL)), []::VARCHAR[]) AS dataset_names,
+       list_sort(list(DISTINCT source)) AS sources,
+       count(*) AS n_rows,
+       bool_or(pri = 0) AS from_pool,
+       min(ingested_at) AS first_ingested
+FROM q GROUP BY question_id ORDER BY question_id
+"""
+
+
+def _in_eval(datasets: list[str], names: list[str], eval_sets: tuple[str, ...]) -> list[str]:
+    hits = {e for e in eval_sets for d in datasets if d == e or d.rstrip("/") == e}
+    hits |= {e for e in eval_sets for n in names if n == e}
+    return sorted(hits)
+
+
+def dedup_questions(
+    lake: Lake, config: DedupConfig, counts: dict
+) -> tuple[list[dict], list[dict], dict[str, str]]:
+    items = query(lake, QUESTION_ITEMS).to_pylist()
+    ids = [r["question_id"] for r in items]
+    texts = [r["question"] or "" for r in items]
+    sigs, new = signatures_for(lake, "question", ids, texts, config)
+    pairs, sims = verified(candidate_pairs(sigs, config), sigs, texts, config)
+    labels = clusters(len(items), pairs)
+    keys = [
+        question_key(
+            r["ground_truth"] is not None,
+            bool(r["from_pool"]),
+            len(r["sources"]),
+            r["first_ingested"],
+            r["question_id"],
+        )
+        for r in items
+    ]
+    reps = pick_representatives(labels, keys)
+    evals = [_in_eval(r["datasets"], r["dataset_names"], config.eval_sets) for r in items]
+    members: dict[int, list[int]] = {}
+    for i, rep in enumerate(reps):
+        members.setdefault(int(rep), []).append(i)
+    rows, uniq = [], []
+    rep_of: dict[str, str] = {}
+    for rep, mem in sorted(members.items(), key=lambda kv: ids[kv[0]]):
+        sim_to_rep = estimated_jaccard(sigs[mem], np.repeat(sigs[rep : rep + 1], len(mem), axis=0))
+        cluster_evals = sorted({e for i in mem for e in evals[i]})
+        eval_members = [i for i in mem if evals[i]]
+        for i, s in zip(mem, sim_to_rep, strict=True):
+            method = "self" if i == rep else "minhash"
+            rows.append(
+                {
+                    "scope": "question",
+                    "member_id": ids[i],
+                    "representative_id": ids[rep],
+                    "similarity": 1.0 if i == rep else float(s),
+                    "method": method,
+                    "cluster_size": len(mem),
+                }
+            )
+            rep_of[ids[i]] = ids[rep]
+            if cluster_evals and not evals[i]:
+                # the closest evaluation question of the cluster
+                e_sims = estimated_jaccard(
+                    sigs[eval_members], np.repeat(sigs[i : i + 1], len(eval_members), axis=0)
+                )
+                j = eval_members[int(np.argmax(e_sims))]
+                rows.append(
+                    {
+                        "scope": "contamination",
+                        "member_id": ids[i],
+                        "representative_id": ids[j],
+                        "similarity": float(e_sims.max()),
+                        "method": "minhash",
+                        "cluster_size": len(mem),
+                    }
+                )
+        r = items[rep]
+        uniq.append(
+            {
+                "question_id": ids[rep],
+                "question": r["question"],
+                "ground_truth": next(
+                    (
+                        items[i]["ground_truth"]
+                        for i in [rep, *mem]
+                        if items[i]["ground_truth"] is not None
+                    ),
+                    None,
+                ),
+                "answer_type": next(
+                    (
+                        items[i]["answer_type"]
+                        for i in [rep, *mem]
+                        if items[i]["answer_type"] is not None
+                    ),
+                    None,
+                ),
+                "domain": r["domain"],
+                "datasets": sorted({d for i in mem for d in items[i]["datasets"]}),
+                "sources": sorted({s for i in mem for s in items[i]["sources"]}),
+                "member_ids": sorted(ids[i] for i in mem),
+                "n_members": len(mem),
+                "n_rows": sum(items[i]["n_rows"] for i in mem),
+                "in_eval_set": bool(cluster_evals),
+                "contaminated_by": cluster_evals,
+                "train_eligible": not cluster_evals,
+            }
+        )
+    counts.update(
+        question_rows=sum(r["n_rows"] for r in items),
+        questions_distinct=len(items),
+        questions_kept=len(uniq),
+        questions_near_duplicates=len(items) - len(uniq),
+        question_pairs_verified=len(pairs),
+        question_signatures_computed=new,
+        questions_in_eval_sets=sum(u["in_eval_set"] for u in uniq),
+        questions_contaminated=sum(1 for r in rows if r["scope"] == "contamination"),
+        questions_train_eligible=sum(u["train_eligible"] for u in uniq),
+    )
+    return rows, uniq, rep_of
+
+
+TRAJECTORY_ITEMS = """
+SELECT record_id, trajectory_id, question_id, source, is_correct, reward, len(validation_flags) = 0 AS clean,
+       num_messages, final_answer IS NOT NULL AS has_final, ingested_at,
+       list_transform(messages, lambda m: m.role || ': ' || coalesce(m.content, '') || ' ' ||
+                      coalesce(array_to_string(list_transform(m.tool_calls, lambda c: c.name || ' ' || c.arguments), ' '), '')) AS parts
+FROM valid_trajectories ORDER BY record_id
+"""
+
+
+def dedup_trajectories(
+    lake: Lake, config: DedupConfig, counts: dict, rep_of: dict[str, str]
+) -> list[dict]:
+    items = query(lake, TRAJECTORY_ITEMS).to_pylist()
+    keys = [
+        trajectory_key(
+            r["is_correct"],
+            r["reward"],
+            r["clean"],
+            r["num_messages"],
+            r["has_final"],
+            r["ingested_at"],
+            r["record_id"],
+        )
+        for r in items
+    ]
+    # exact: same content id
+    by_tid: dict[str, int] = {}
+    exact_label = np.arange(len(items))
+    for i, r in enumerate(items):
+        exact_label[i] = by_tid.setdefault(r["trajectory_id"], i)
+    exact_rep = pick_representatives(exact_label, keys)
+    firsts = sorted({int(x) for x in exact_rep})
+    texts = ["\n".join(items[i]["parts"] or [])[: config.max_text_chars] for i in firsts]
+    sigs, new = signatures_for(
+        lake, "trajectory", [items[i]["trajectory_id"] for i in firsts], texts, config
+    )
+    qrep = [rep_of.get(items[i]["question_id"], items[i]["question_id"]) for i in firsts]
+    group_ids = {q: k for k, q in enumerate(sorted(set(qrep)))}
+    groups = np.array([group_ids[q] for q in qrep], dtype=np.int64)
+    pairs, _ = verified(candidate_pairs(sigs, config, groups), sigs, texts, config)
+    near_labels = clusters(len(firsts), pairs)
+    near_rep = pick_representatives(near_labels, [keys[i] for i in firsts])
+    final_rep = {firsts[k]: firsts[int(near_rep[k])] for k in range(len(firsts))}
+    pos = {f: k for k, f in enumerate(firsts)}
+    size: dict[int, int] = {}
+    rep_index = []
+    for i in range(len(items)):
+        rep = final_rep[int(exact_rep[i])]
+        rep_index.append(rep)
+        size[rep] = size.get(rep, 0) + 1
+    rows = []
+    exact_d = near_d = 0
+    for i, r in enumerate(items):
+        rep = rep_index[i]
+        if i == rep:
+            method, sim = "self", 1.0
+        elif items[i]["trajectory_id"] == items[rep]["trajectory_id"]:
+            method, sim = "exact", 1.0
+            exact_d += 1
+        else:
+            a, b = pos[int(exact_rep[i])], pos[rep]
+            method, sim = "minhash", float(estimated_jaccard(sigs[a : a + 1], sigs[b : b + 1])[0])
+            near_d += 1
+        rows.append(
+            {
+                "scope": "trajectory",
+                "member_id": r["record_id"],
+                "representative_id": items[rep]["record_id"],
+                "similarity": sim,
+                "method": method,
+                "cluster_size": size[rep],
+            }
+        )
+    counts.update(
+        trajectory_rows=len(items),
+        trajectories_kept=len(items) - exact_d - near_d,
+        trajectory_exact_duplicates=exact_d,
+        trajectory_near_duplicates=near_d,
+        trajectory_signatures_computed=new,
+    )
+    return rows
+
+
+def dedup(lake: Lake, config: DedupConfig | None = None) -> DedupResult:
+    """Run every scope and rewrite ``dedup_clusters`` and ``unique_questions``."""
+    config = config or DedupConfig()
+    counts: dict[str, int] = {}
+    rows, uniq, rep_of = dedup_questions(lake, config, counts)
+    if config.trajectories:
+        rows += dedup_trajectories(lake, config, counts, rep_of)
+    lake.write_part(
+        "dedup_clusters",
+        "current",
+        pa.Table.from_pylist(rows, schema=lake_schema("dedup_clusters")),
+    )
+    lake.write_part(
+        "unique_questions",
+        "current",
+        pa.Table.from_pylist(uniq, schema=lake_schema("unique_questions")),
+    )
+    largest = sorted(uniq, key=lambda u: (-u["n_members"], u["question_id"]))[:10]
+    per_source = query(
+        lake,
+        """SELECT t.source, count(*) AS trajectories, count(*) FILTER (WHERE c.method = 'exact') AS exact_duplicates,
+                  count(*) FILTER (WHERE c.method = 'minhash') AS near_duplicates
+           FROM dedup_clusters c JOIN trajectories t ON t.record_id = c.member_id
+           WHERE c.scope = 'trajectory' GROUP BY 1 ORDER BY 1""",
+    ).to_pylist()
+    b, r = band_params(config.threshold, config.num_perm, config.weights)
+    params = {
+        "threshold": config.threshold,
+        "num_perm": config.num_perm,
+        "bands": b,
+        "rows": r,
+        "backend": config.resolved_backend(),
+        "lsh": config.lsh,
+        "ngram": config.ngram,
+        "mode": config.mode,
+    }
+    return DedupResult(
+        counts,
+        [
+            {k: u[k] for k in ("question_id", "n_members", "sources", "datasets")}
+            | {"question": (u["question"] or "")[:80]}
+            for u in largest
+        ],
+        per_source,
+        params,
+    )
+
+
+def lake_schema(table: str) -> pa.Schema:
+    from schemas import TABLES
+
+    return TABLES[table]

@@ -1,0 +1,249 @@
+"""Dedup: signatures equal datasketch's, LSH paths agree, planted near-duplicates follow the
+threshold, GSM8K questions merge across sources, contamination is detected, runs are
+deterministic, and incremental runs equal full runs."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+from datasketch import MinHash
+
+from pipeline.dedup import DedupConfig, dedup
+from pipeline.dedup.lsh import (
+    band_pairs,
+    band_params,
+    band_partitions,
+    datasketch_pairs,
+    union_pairs,
+)
+from pipeline.dedup.minhash import DatasketchBackend, RensaBackend, exact_jaccard
+from pipeline.dedup.shingles import shingle_hash, shingles
+from pipeline.ingest import IngestConfig, ingest
+from pipeline.lake import Lake
+from pipeline.query import query
+from pipeline.validate import ValidateConfig, validate
+from tests.conftest import PINNED, write
+
+
+def test_vectorized_signatures_equal_datasketch_minhash(shared):
+    texts = [
+        json.loads(line)["question"] for line in (shared / "questions/gsm8k/test.jsonl").open()
+    ][:50] + ["", "one", "a b c"]
+    sigs = DatasketchBackend().signatures(texts)
+    for t, s in zip(texts, sigs, strict=True):
+        m = MinHash(num_perm=128, hashfunc=shingle_hash)
+        m.update_batch(shingles(t))
+        assert np.array_equal(m.hashvalues, s), t
+
+
+def test_rensa_backend_estimates_jaccard_like_datasketch():
+    rng = random.Random(1)
+    vocab = [f"w{i}" for i in range(500)]
+    base = [" ".join(rng.choice(vocab) for _ in range(80)) for _ in range(40)]
+    edited = [" ".join(w if rng.random() > 0.05 else "zz" for w in b.split()) for b in base]
+    ds, rs = DatasketchBackend(), RensaBackend()
+    for b, e in zip(base, edited, strict=True):
+        truth = exact_jaccard(b, e)
+        for be in (ds, rs):
+            s = be.signatures([b, e])
+            assert abs((s[0] == s[1]).mean() - truth) < 0.15
+
+
+def test_band_partitions_equal_datasketch_index():
+    rng = random.Random(2)
+    vocab = [f"w{i}" for i in range(300)]
+    docs = [" ".join(rng.choice(vocab) for _ in range(50)) for _ in range(200)]
+    docs += [d.replace(d.split()[3], "x", 1) for d in docs[:60]]
+    be = DatasketchBackend()
+    sigs = be.signatures(docs)
+    b, r = band_params(0.8, 128)
+    parts = [band_pairs(sigs, r, rng_) for rng_ in band_partitions(b, 4)]
+    assert np.array_equal(union_pairs(parts), datasketch_pairs(sigs, be.lean, 0.8, 128, (b, r)))
+
+
+def make_pool(tmp_path, name: str, questions: list[str], answer: str = "#### 1"):
+    return write(
+        tmp_path / "in" / "questions" / name / "train.jsonl",
+        "".join(json.dumps({"question": q, "answer": answer}) + "\n" for q in questions),
+    )
+
+
+def run(lake: Lake, paths: list[str], **cfg):
+    ingest(paths, lake, IngestConfig(now=PINNED))
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+    return dedup(lake, DedupConfig(**cfg))
+
+
+BASE = (
+    "A farmer has 17 sheep and buys 5 more each week for 3 weeks, then sells a third of the flock at the market on Sunday. "
+    "How many sheep does the farmer have left after the sale, assuming none of the sheep were born or died during that time?"
+)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "  " + BASE.replace(" ", "   ") + "  ",  # whitespace: same normalized text, same id
+        BASE.replace(",", "").replace("?", "!!"),  # punctuation: normalized away
+        BASE + " Explain.",  # one word appended
+        ". ".join(reversed(BASE.split(". "))),  # sentences reordered: only boundary shingles change
+        BASE.replace("17", "23")
+        .replace("5 more", "8 more")
+        .replace("3 weeks", "4 weeks"),  # numbers changed
+        BASE.replace("sheep", "goats").replace("flock", "herd"),  # nouns changed throughout
+    ],
+    ids=[
+        "whitespace",
+        "punctuation",
+        "word-appended",
+        "reordered",
+        "numbers-changed",
+        "nouns-changed",
+    ],
+)
+def test_planted_near_duplicates_follow_the_threshold(tmp_path, variant):
+    lake = Lake(str(tmp_path / "lake"))
+    make_pool(tmp_path, "a", [BASE])
+    make_pool(tmp_path, "b", [variant])
+    run(lake, [str(tmp_path / "in")], verify="exact")
+    uq = query(lake, "SELECT n_members, sources FROM unique_questions").to_pylist()
+    truth = exact_jaccard(BASE, variant)
+    assert abs(truth - 0.8) > 0.03  # planted clearly on one side of the threshold
+    assert (len(uq) == 1) == (truth >= 0.8), truth
+    if len(uq) == 1:
+        assert uq[0]["sources"] == ["questions"]
+
+
+def test_gsm8k_questions_merge_across_sources_and_are_flagged_as_eval(shared_lake):
+    lake, _ = shared_lake
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+    result = dedup(lake)
+    rows = query(
+        lake, "SELECT * FROM unique_questions WHERE list_contains(datasets, 'gsm8k/test')"
+    ).to_pylist()
+    assert len(rows) == 1319
+    multi = [r for r in rows if {"gsm8k_model_solutions", "tora", "questions"} <= set(r["sources"])]
+    assert len(multi) == 1055  # the questions present in the solutions and ToRA files
+    assert all(not r["train_eligible"] and "gsm8k/test" in r["contaminated_by"] for r in rows)
+    c = result.counts
+    assert c["questions_distinct"] == c["questions_kept"] + c["questions_near_duplicates"]
+    assert (
+        c["trajectory_rows"]
+        == c["trajectories_kept"]
+        + c["trajectory_exact_duplicates"]
+        + c["trajectory_near_duplicates"]
+    )
+    n = query(lake, "SELECT scope, count(*) n FROM dedup_clusters GROUP BY 1").to_pylist()
+    by = {r["scope"]: r["n"] for r in n}
+    assert by["question"] == c["questions_distinct"] and by["trajectory"] == c["trajectory_rows"]
+    # the GSM8K train split is not an evaluation set
+    train = query(
+        lake,
+        "SELECT bool_and(train_eligible) ok FROM unique_questions WHERE datasets = ['gsm8k/train']",
+    ).to_pylist()[0]
+    assert train["ok"]
+
+
+def test_contamination_against_math500_and_aime2024(tmp_path, shared):
+    aime = json.loads((shared / "questions/aime2024/test.jsonl").open().readline())["problem"]
+    math = json.loads((shared / "questions/math500/test.jsonl").open().readlines()[7])["problem"]
+    lake = Lake(str(tmp_path / "lake"))
+    dst = tmp_path / "in" / "questions"
+    for name in ("aime2024", "math500"):
+        dst.joinpath(name).mkdir(parents=True)
+        shutil.copy(shared / "questions" / name / "test.jsonl", dst / name / "test.jsonl")
+    leaked = [aime.replace("  ", " ").rstrip(".") + " ", math + " Show your work."]
+    make_pool(
+        tmp_path,
+        "scraped",
+        leaked
+        + [
+            "What is the sum of the first 100 positive integers, and why does the pairing trick work?"
+        ],
+    )
+    run(lake, [str(tmp_path / "in")])
+    c = query(
+        lake,
+        "SELECT member_id, representative_id, similarity FROM dedup_clusters WHERE scope = 'contamination'",
+    ).to_pylist()
+    assert len(c) == 2 and all(r["similarity"] >= 0.8 for r in c)
+    scraped = query(
+        lake,
+        "SELECT question, train_eligible, contaminated_by FROM unique_questions WHERE list_contains(datasets, 'scraped/train')",
+    ).to_pylist()
+    flagged = sorted(tuple(r["contaminated_by"]) for r in scraped if not r["train_eligible"])
+    assert flagged == [("aime2024",), ("math500",)]
+    assert sum(r["train_eligible"] for r in scraped) == 1
+
+
+def test_representative_policy_prefers_correct_complete_trajectories(tmp_path):
+    q = "What is 6 times 7, computed with the python tool please?"
+
+    def traj(answer, correct, extra=False):
+        msgs = [
+            {"role": "user", "content": q},
+            {
+                "role": "assistant",
+                "content": "Computing it now with the python tool as asked.",
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "python", "arguments": '{"code": "print(6*7)"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c", "content": "42"},
+            {
+                "role": "assistant",
+                "content": f"The final answer is {answer}. I computed it with the python tool as you asked.",
+            },
+        ]
+        if extra:
+            msgs[-1]["content"] += " Done."
+        return {"messages": msgs, "reward": 1.0 if correct else 0.0, "is_correct": correct}
+
+    lines = [traj(41, False), traj(42, True), traj(42, True, extra=True)]
+    write(tmp_path / "in/a.jsonl", "".join(json.dumps(x) + "\n" for x in lines))
+    lake = Lake(str(tmp_path / "lake"))
+    run(lake, [str(tmp_path / "in")], threshold=0.5)
+    rows = query(
+        lake,
+        "SELECT c.member_id, c.representative_id, t.is_correct, t.source_index FROM dedup_clusters c JOIN trajectories t ON t.record_id = c.member_id WHERE c.scope = 'trajectory' ORDER BY t.source_index",
+    ).to_pylist()
+    reps = {r["representative_id"] for r in rows}
+    assert len(reps) == 1
+    rep = next(r for r in rows if r["member_id"] == r["representative_id"])
+    assert (
+        rep["is_correct"] and rep["source_index"] == 1
+    )  # correct beats incorrect; then earliest/smallest
+
+
+def test_same_input_same_clusters_and_incremental_equals_full(tmp_path, shared):
+    src = tmp_path / "in"
+    rels = ("llamafactory", "questions/aime2024", "questions/amc2023", "tau_bench/few_shot_data")
+    for rel in rels:
+        shutil.copytree(shared / rel, src / rel)
+    full = Lake(str(tmp_path / "full"))
+    run(full, [str(src)])
+    again = Lake(str(tmp_path / "again"))
+    run(again, [str(src)])
+    # incremental: the landing folder first holds one source, then the rest arrives
+    landing = tmp_path / "landing"
+    shutil.copytree(shared / rels[0], landing / rels[0])
+    inc = Lake(str(tmp_path / "inc"))
+    run(inc, [str(landing)])
+    for rel in rels[1:]:
+        shutil.copytree(shared / rel, landing / rel)
+    r2 = run(inc, [str(landing)])
+    assert 0 < r2.counts["question_signatures_computed"] < r2.counts["questions_distinct"]
+
+    def table(lake, name):
+        return sorted(map(str, query(lake, f"SELECT * FROM {name}").to_pylist()))
+
+    for name in ("dedup_clusters", "unique_questions"):
+        assert table(full, name) == table(again, name) == table(inc, name)

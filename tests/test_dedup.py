@@ -247,3 +247,15 @@ def test_same_input_same_clusters_and_incremental_equals_full(tmp_path, shared):
 
     for name in ("dedup_clusters", "unique_questions"):
         assert table(full, name) == table(again, name) == table(inc, name)
+
+
+def test_connected_components_equal_union_find():
+    from pipeline.dedup.clusters import UnionFind, clusters
+
+    rng = np.random.default_rng(0)
+    pairs = np.sort(rng.integers(0, 500, (400, 2)), axis=1)
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    uf = UnionFind(500)
+    for a, b in pairs:
+        uf.union(int(a), int(b))
+    assert np.array_equal(uf.labels(), clusters(500, pairs))

@@ -77,8 +77,13 @@ def band_pairs(
         .agg(pl.col("i").sort())
         .filter(pl.col("i").list.len() > 1)
     )
-    out = []
-    for members in buckets["i"].to_list():
+    two = buckets.filter(pl.col("i").list.len() == 2)  # most buckets hold one pair: vectorized
+    out = [
+        np.stack(
+            [two["i"].list.first().to_numpy(), two["i"].list.last().to_numpy()], axis=1
+        ).astype(np.int64)
+    ]
+    for members in buckets.filter(pl.col("i").list.len() > 2)["i"].to_list():
         m = np.asarray(members, dtype=np.int64)
         if len(m) <= max_bucket:
             a, b = np.triu_indices(len(m), k=1)

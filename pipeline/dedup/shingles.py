@@ -11,6 +11,9 @@ version only, so the Polars version is part of the signature key (``signature_ke
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 import numpy as np
 import polars as pl
 
@@ -80,8 +83,15 @@ def shingle_hashes(text: str, n: int = 5, mode: str = "word") -> np.ndarray:
     return flat[off[0] : off[1]]
 
 
+_NON_WORD_RE = re.compile(_NON_WORD)
+
+
 def tokenize(text: str, mode: str = "word") -> list[str]:
-    return _tokens([text], mode)["t"].to_list()
+    """The tokens ``batch_shingle_hashes`` sees, in pure Python (per-document reference path)."""
+    norm = _NON_WORD_RE.sub(" ", unicodedata.normalize("NFKC", text or "").lower()).strip()
+    if mode == "word":
+        return [t for t in norm.split(" ") if t]
+    return [c for c in norm if c]
 
 
 def shingles(text: str, n: int = 5, mode: str = "word") -> list[str]:

@@ -33,10 +33,14 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 def real_texts() -> list[str]:
     out = []
     for path in sorted(glob.glob(str(SHARED / "questions/*/*.jsonl"))):
-        for line in open(path):
+        for line in Path(path).read_text().splitlines():
             r = json.loads(line)
             out.append(r.get("problem") or r.get("question"))
-    for line in open(SHARED / "fireact/data/finetune/gpt_format/multitask_multimethod.jsonl"):
+    for line in (
+        (SHARED / "fireact/data/finetune/gpt_format/multitask_multimethod.jsonl")
+        .read_text()
+        .splitlines()
+    ):
         msgs = json.loads(line)["messages"]
         out.append(" ".join(m["content"] for m in msgs[:3]))
     seen, uniq = set(), []
@@ -120,6 +124,9 @@ def main() -> None:
         f"rensa directly            {rensa_direct:>9.0f} docs/s (signatures only, shingle strings)"
     )
     for name, (t_sig, t_all, _, _) in results.items():
+        print(
+            f"ratio project[{name}] signatures / naive datasketch: {n / t_sig / naive:.1f}x; / rensa directly: {n / t_sig / rensa_direct:.2f}x"
+        )
         print(
             f"ratio project[{name}] end-to-end / naive datasketch: {n / t_all / naive:.1f}x; / rensa directly: {n / t_all / rensa_direct:.2f}x"
         )

@@ -77,28 +77,31 @@ def band_pairs(
         .agg(pl.col("i").sort())
         .filter(pl.col("i").list.len() > 1)
     )
-    two = buckets.filter(pl.col("i").list.len() == 2)  # most buckets hold one pair: vectorized
-    out = [
-        np.stack(
-            [two["i"].list.first().to_numpy(), two["i"].list.last().to_numpy()], axis=1
-        ).astype(np.int64)
-    ]
-    for members in buckets.filter(pl.col("i").list.len() > 2)["i"].to_list():
-        m = np.asarray(members, dtype=np.int64)
-        if len(m) <= max_bucket:
-            a, b = np.triu_indices(len(m), k=1)
-            out.append(np.stack([m[a], m[b]], axis=1))
-        else:
-            out.append(np.stack([np.full(len(m) - 1, m[0]), m[1:]], axis=1))
-            out.append(np.stack([m[:-1], m[1:]], axis=1))
+    small = (
+        buckets.filter(pl.col("i").list.len() <= max_bucket)
+        .with_row_index("bid")
+        .select("bid", "i")
+        .explode("i")
+    )
+    joined = small.join(small, on="bid", suffix="_r").filter(
+        pl.col("i") < pl.col("i_r")
+    )  # all pairs per bucket
+    out = [np.stack([joined["i"].to_numpy(), joined["i_r"].to_numpy()], axis=1).astype(np.int64)]
+    for members in buckets.filter(pl.col("i").list.len() > max_bucket)["i"].to_list():
+        m = np.asarray(members, dtype=np.int64)  # a huge bucket: a star and a chain connect it
+        out.append(np.stack([np.full(len(m) - 1, m[0]), m[1:]], axis=1))
+        out.append(np.stack([m[:-1], m[1:]], axis=1))
     return union_pairs(out)
 
 
 def union_pairs(parts: list[np.ndarray]) -> np.ndarray:
+    """Sorted unique pairs (encoded as i * 2^32 + j for a fast 1-D unique)."""
+    parts = [p for p in parts if len(p)]
     if not parts:
         return np.zeros((0, 2), dtype=np.int64)
-    allp = np.concatenate(parts)
-    return np.unique(allp, axis=0) if len(allp) else allp.reshape(-1, 2)
+    allp = np.concatenate(parts).astype(np.int64)
+    code = np.unique((allp[:, 0] << 32) | allp[:, 1])
+    return np.stack([code >> 32, code & 0xFFFFFFFF], axis=1)
 
 
 def datasketch_pairs(

@@ -98,6 +98,15 @@ def estimated_jaccard(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a == b).mean(axis=1)
 
 
+def pair_jaccard(sigs: np.ndarray, pairs: np.ndarray, chunk: int = 50_000) -> np.ndarray:
+    """Estimated Jaccard of index pairs [m, 2] over signatures [n, P], in bounded-memory chunks."""
+    out = np.empty(len(pairs))
+    for s in range(0, len(pairs), chunk):
+        p = pairs[s : s + chunk]
+        out[s : s + chunk] = (sigs[p[:, 0]] == sigs[p[:, 1]]).mean(axis=1)
+    return out
+
+
 def exact_jaccard(x: str, y: str, n: int = 5, mode: str = "word") -> float:
     sx, sy = set(shingles(x, n, mode)), set(shingles(y, n, mode))
     if not sx and not sy:

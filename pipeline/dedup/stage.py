@@ -38,7 +38,7 @@ from pipeline.dedup.lsh import (
     union_pairs,
 )
 from pipeline.dedup.minhash import backend as make_backend
-from pipeline.dedup.minhash import estimated_jaccard, exact_jaccard
+from pipeline.dedup.minhash import estimated_jaccard, exact_jaccard, pair_jaccard
 from pipeline.ids import digest
 from pipeline.lake import Lake
 from pipeline.query import query
@@ -168,7 +168,7 @@ def verified(
             [exact_jaccard(texts[a], texts[b], config.ngram, config.mode) for a, b in pairs]
         )
     else:
-        sim = estimated_jaccard(sigs[pairs[:, 0]], sigs[pairs[:, 1]])
+        sim = pair_jaccard(sigs, pairs)
     keep = sim >= config.threshold
     return pairs[keep], sim[keep]
 

@@ -44,7 +44,7 @@ def test_views_over_every_table(shared_lake):
     lake, result = shared_lake
     counts = query(
         lake,
-        "SELECT (SELECT count(*) FROM trajectories) t, (SELECT count(*) FROM questions) q, (SELECT count(*) FROM attempts) a, (SELECT count(*) FROM quarantine) x, (SELECT count(*) FROM ingest_log) l",
+        "SELECT (SELECT count(*) FROM trajectories) t, (SELECT count(*) FROM questions) q, (SELECT count(*) FROM attempts) a, (SELECT count(*) FROM quarantine WHERE stage = 'ingest') x, (SELECT count(*) FROM ingest_log) l",
     ).to_pylist()[0]
     tot = result.totals
     assert counts == {

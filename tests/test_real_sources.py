@@ -42,7 +42,7 @@ def test_every_file_conserves_records(shared_lake):
     )[0]
     assert log["r"] == log["a"] + log["q"] == result.totals["records_read"]
     assert (
-        q(shared_lake[0], "SELECT count(*) n FROM quarantine")[0]["n"]
+        q(shared_lake[0], "SELECT count(*) n FROM quarantine WHERE stage = 'ingest'")[0]["n"]
         == result.totals["quarantined"]
     )
 
@@ -162,7 +162,10 @@ def test_toolbench_longest_prefix_and_invalid_files(shared, shared_lake):
     lake, result = shared_lake
     rows = q(lake, "SELECT * FROM trajectories WHERE source_format = 'toolbench'")
     assert len(rows) == 10
-    bad = q(lake, "SELECT source_uri, reason FROM quarantine WHERE source_format = 'toolbench'")
+    bad = q(
+        lake,
+        "SELECT source_uri, reason FROM quarantine WHERE stage = 'ingest' AND source_format = 'toolbench'",
+    )
     assert sorted(Path(r["source_uri"]).name for r in bad) == [
         "69_ChatGPT_DFS_woFilter_w2.json",
         "8_ChatGPT_DFS_woFilter_w2.json",

@@ -307,7 +307,9 @@ def test_incremental_and_suite_version(tmp_path):
 
 def test_data_docs_index_names_every_expectation(shared_lake):
     lake, _ = shared_lake
-    result = validate(lake, ValidateConfig(now=PINNED))
+    result = validate(
+        lake, ValidateConfig(now=PINNED, force=True)
+    )  # other tests may have validated without docs
     docs = lake.path("reports", "validation")
     html = Path(f"{docs}/index.html").read_text()
     for table in ("trajectories", "questions", "attempts"):

@@ -311,6 +311,57 @@ def dedup(
     _print_dedup(out)
 
 
+def _print_label(out: dict) -> None:
+    console.print(f"[bold]label[/bold] {out['stats']}")
+    hist: dict[str, list] = {}
+    for h in out["histogram"]:
+        hist.setdefault(h["label_source"], []).append(h)
+    for src, rows in hist.items():
+        buckets = [0] * 5  # 0, (0, .4), [.4, .7), [.7, 1), 1
+        for h in rows:
+            p = h["pass_rate"]
+            buckets[0 if p == 0 else 4 if p == 1 else 1 if p < 0.4 else 2 if p < 0.7 else 3] += h[
+                "questions"
+            ]
+        console.print(
+            f"  {src}: all wrong {buckets[0]}, hard (<0.4) {buckets[1]}, medium {buckets[2]}, easy (>=0.7) {buckets[3]}, all right {buckets[4]}"
+        )
+
+
+@app.command()
+def label(
+    lake: LakeOpt = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Model folder for live rollouts (default: recorded labels from attempts)."
+        ),
+    ] = None,
+    k: Annotated[int, typer.Option(help="Rollouts per question.")] = 8,
+    backend: Annotated[str, typer.Option(help="auto | vllm | transformers")] = "auto",
+    limit: Annotated[int | None, typer.Option(help="Label at most this many questions.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per assistant turn.")] = 512,
+) -> None:
+    """Difficulty labels: pass rate k/K per unique question."""
+    from flows.label import label_flow
+
+    if policy and not Path(policy).is_dir():
+        raise typer.BadParameter(
+            f"{policy} is not a model folder (hub names need the network; download first)",
+            param_hint="--policy",
+        )
+    with console.status("labelling…"):
+        out = label_flow(
+            lake=resolve_root(lake),
+            policy=policy,
+            k=k,
+            backend=backend,
+            limit=limit,
+            max_tokens=max_tokens,
+        )
+    _print_label(out)
+
+
 @app.command()
 def query(
     sql: Annotated[
@@ -398,9 +449,14 @@ def run(
         list[str] | None,
         typer.Option(help="Input files/folders (default: the demo corpus, generated if missing)."),
     ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(help="Model folder: label with live rollouts instead of recorded attempts."),
+    ] = None,
 ) -> None:
-    """The main job on its defaults: ingest, validate, dedup, then print a summary and a sample query."""
+    """The main job on its defaults: ingest, validate, dedup, label, then a summary and a sample query."""
     from flows.dedup import dedup_flow
+    from flows.label import label_flow
     from flows.validate import validate_flow
     from pipeline.demo import write_demo
     from pipeline.query import query as run_query
@@ -416,6 +472,8 @@ def run(
         _print_validate(validate_flow(lake=root))
     with console.status("deduplicating…"):
         _print_dedup(dedup_flow(lake=root))
+    with console.status("labelling…"):
+        _print_label(label_flow(lake=root, policy=policy))
     console.rule("sample query")
     console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
     print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())

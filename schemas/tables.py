@@ -194,6 +194,47 @@ SIGNATURES = pa.schema(
     ]
 )
 
+LABELS = pa.schema(
+    [
+        ("question_id", pa.string()),  # a unique_questions id (cluster representative)
+        ("label_source", pa.string()),  # recorded (attempts in the lake) | rollouts (live policy)
+        ("policy", pa.string()),  # model path/name, or the recorded policies joined by ","
+        (
+            "revision",
+            pa.string(),
+        ),  # hash of the model files (rollouts) or of the attempts (recorded)
+        ("config_key", pa.string()),  # sampling + agent config (rollouts); "recorded"
+        ("k", pa.int32()),
+        ("n_correct", pa.int32()),
+        ("pass_rate", pa.float64()),
+        ("mean_response_tokens", pa.float64()),
+        ("mean_tool_calls", pa.float64()),
+        ("mean_tool_errors", pa.float64()),
+    ]
+)
+
+ROLLOUTS = pa.schema(
+    [
+        ("rollout_id", pa.string()),
+        ("question_id", pa.string()),
+        ("policy", pa.string()),
+        ("revision", pa.string()),
+        ("config_key", pa.string()),
+        ("sample", pa.int32()),
+        ("messages", pa.string()),  # JSON of the episode's messages
+        ("prompt_ids", pa.list_(pa.int32())),
+        ("response_ids", pa.list_(pa.int32())),
+        ("mask", pa.list_(pa.int8())),  # 1 = sampled by the policy, 0 = tool/template tokens
+        ("turns", pa.int32()),
+        ("tool_calls", pa.int32()),
+        ("tool_errors", pa.int32()),
+        ("malformed_calls", pa.int32()),
+        ("finish_reason", pa.string()),
+        ("extracted", pa.string()),
+        ("correct", pa.bool_()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "questions": QUESTIONS,
@@ -204,6 +245,8 @@ TABLES: dict[str, pa.Schema] = {
     "dedup_clusters": DEDUP_CLUSTERS,
     "unique_questions": UNIQUE_QUESTIONS,
     "minhash_signatures": SIGNATURES,
+    "labels": LABELS,
+    "rollouts": ROLLOUTS,
 }
 
 

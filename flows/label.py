@@ -1,0 +1,57 @@
+"""The ``label`` flow: recorded pass rates by default, live rollouts when a policy is given
+(retried when the engine fails to start), with an artifact of the pass-rate histogram."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.progress import report
+from pipeline.label import LabelConfig, label, pass_rate_histogram
+from pipeline.lake import Lake
+from pipeline.rollout.engines import Sampling
+
+
+@task(name="label", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30])
+def label_task(lake: Lake, config: LabelConfig) -> dict:
+    return label(
+        lake, config, on_batch=lambda done, total: report("label", {"done": done, "total": total})
+    )
+
+
+@flow(name="label")
+def label_flow(
+    lake: str | None = None,
+    policy: str | None = None,
+    k: int = 8,
+    backend: str = "auto",
+    limit: int | None = None,
+    max_tokens: int = 512,
+    temperature: float = 1.0,
+) -> dict:
+    """Pass rates per unique question: recorded, or from K rollouts of ``policy``."""
+    lk = Lake(lake)
+    config = LabelConfig(
+        k=k,
+        policy=policy,
+        backend=backend,
+        limit=limit,
+        sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
+    )
+    report("stage", "label")
+    stats = label_task(lk, config)
+    hist = pass_rate_histogram(lk)
+    lines = [
+        "# Pass rates",
+        "",
+        f"{stats}",
+        "",
+        "| source | pass rate | questions |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {h['label_source']} | {h['pass_rate']} | {h['questions']} |" for h in hist]
+    create_markdown_artifact(
+        key="pass-rates", markdown="\n".join(lines), description=f"Labels in {lk.root}"
+    )
+    return {"lake": lk.root, "stats": stats, "histogram": hist}

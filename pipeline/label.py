@@ -1,0 +1,231 @@
+"""The label stage: a pass rate k/K for every unique question, from recorded attempts or from K
+live rollouts of a policy through the agent loop, verified by ``pipeline.verify``.
+
+* **recorded** (default, no GPU needed): attempts already in the lake (Qwen2.5-Math rollouts,
+  GSM8K model solutions, ToRA outputs, tau-bench trials) are grouped by question cluster
+  (``dedup_clusters``); the pass rate is the fraction of correct attempts.
+* **rollouts** (``policy`` given): for each train-eligible question with a verifiable ground
+  truth, K episodes of the agent loop (vLLM or transformers), each verified; episodes go to
+  ``rollouts`` (tokens, mask, tool counts), pass rates to ``labels``. Work is checkpointed in
+  batches of questions (one part each); questions already labelled for the same policy revision
+  and config are skipped, so a killed run resumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+
+from pipeline.ids import digest
+from pipeline.lake import Lake
+from pipeline.query import query
+from pipeline.rollout.agent import AgentConfig, run_episodes
+from pipeline.rollout.engines import Sampling, make_engine
+from pipeline.verify import verify
+from schemas import TABLES
+
+VERIFIABLE = ("integer", "number", "latex", "letter", "text")
+
+
+@dataclass
+class LabelConfig:
+    """Options of the label stage."""
+
+    k: int = 8
+    policy: str | None = None  # model folder; None = recorded labels from attempts
+    backend: str = "auto"  # auto | vllm | transformers
+    sampling: Sampling = field(
+        default_factory=lambda: Sampling(temperature=1.0, top_p=1.0, max_tokens=512)
+    )
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    batch_questions: int = 32  # questions per checkpointed part
+    limit: int | None = None  # label at most this many questions (smoke runs)
+    include_eval: bool = False  # also label questions that belong to evaluation sets
+
+    def config_key(self) -> str:
+        blob = {
+            "k": self.k,
+            "sampling": asdict(self.sampling),
+            "agent": {k: v for k, v in asdict(self.agent).items() if k != "tool_workers"},
+        }
+        return digest(orjson.dumps(blob, option=orjson.OPT_SORT_KEYS, default=str), 8)
+
+
+def model_revision(path: str) -> str:
+    """Hash of the model folder's config and weight files: a new checkpoint is a new revision."""
+    h = hashlib.sha256()
+    for p in sorted(Path(path).glob("*")):
+        if p.suffix in (".json", ".safetensors", ".bin", ".model"):
+            h.update(p.name.encode())
+            h.update(
+                p.read_bytes() if p.stat().st_size < (64 << 20) else str(p.stat().st_size).encode()
+            )
+    return h.hexdigest()[:16]
+
+
+RECORDED = """
+WITH rep AS (SELECT member_id, representative_id FROM dedup_clusters WHERE scope = 'question')
+SELECT coalesce(rep.representative_id, a.question_id) AS question_id,
+       list_sort(list(DISTINCT a.policy)) AS policies,
+       count(*) AS k, count(*) FILTER (WHERE a.is_correct) AS n_correct,
+       avg(length(a.response) / 4.0) AS mean_response_tokens
+FROM valid_attempts a LEFT JOIN rep ON rep.member_id = a.question_id
+GROUP BY 1 ORDER BY 1
+"""
+
+
+def recorded_labels(lake: Lake) -> dict:
+    rows = query(lake, RECORDED).to_pylist()
+    out = []
+    for r in rows:
+        out.append(
+            {
+                "question_id": r["question_id"],
+                "label_source": "recorded",
+                "policy": ",".join(p for p in r["policies"] if p),
+                "revision": digest(orjson.dumps([r["policies"], r["k"], r["n_correct"]]), 8),
+                "config_key": "recorded",
+                "k": r["k"],
+                "n_correct": r["n_correct"],
+                "pass_rate": r["n_correct"] / r["k"],
+                "mean_response_tokens": r["mean_response_tokens"],
+                "mean_tool_calls": None,
+                "mean_tool_errors": None,
+            }
+        )
+    lake.write_part("labels", "recorded", pa.Table.from_pylist(out, schema=TABLES["labels"]))
+    return {
+        "questions_labelled": len(out),
+        "attempts": sum(r["k"] for r in out),
+        "source": "recorded",
+    }
+
+
+QUESTIONS = """
+SELECT question_id, question, ground_truth, answer_type FROM unique_questions
+WHERE ground_truth IS NOT NULL AND answer_type IN ('integer', 'number', 'latex', 'letter', 'text') {eval_filter}
+ORDER BY question_id
+"""
+
+
+def rollout_labels(
+    lake: Lake, config: LabelConfig, on_batch: Callable[[int, int], None] | None = None, engine=None
+) -> dict:
+    """K live episodes per question; resumable per batch of questions."""
+    policy = config.policy
+    assert policy is not None
+    revision = model_revision(policy)
+    key = config.config_key()
+    done = set()
+    prefix = f"rollouts-{revision}-{key}-"
+    for part in lake.parts("labels"):
+        if part.startswith(prefix):
+            done.update(
+                lake.read_columns("labels", part, ["question_id"])["question_id"].to_pylist()
+            )
+    qs = query(
+        lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
+    ).to_pylist()
+    todo = [q for q in qs if q["question_id"] not in done][: config.limit]
+    stats = {
+        "questions": len(qs),
+        "already_labelled": len(done & {q["question_id"] for q in qs}),
+        "labelled_now": 0,
+        "episodes": 0,
+    }
+    if not todo:
+        return stats
+    engine = engine or make_engine(policy, config.backend)
+    tokenizer = engine.tokenizer
+    for b in range(0, len(todo), config.batch_questions):
+        batch = todo[b : b + config.batch_questions]
+        episodes = run_episodes(
+            engine,
+            tokenizer,
+            [(q["question_id"], q["question"]) for q in batch],
+            config.k,
+            config.agent,
+            config.sampling,
+        )
+        by_q = {q["question_id"]: q for q in batch}
+        rollouts, labels = [], []
+        for q in batch:
+            eps = [e for e in episodes if e.question_id == q["question_id"]]
+            verdicts = [verify(e.final_text, q["ground_truth"], q["answer_type"]) for e in eps]
+            for e, v in zip(eps, verdicts, strict=True):
+                rollouts.append(
+                    {
+                        "rollout_id": digest(
+                            f"{revision}:{key}:{e.question_id}:{e.sample}".encode()
+                        ),
+                        "question_id": e.question_id,
+                        "policy": policy,
+                        "revision": revision,
+                        "config_key": key,
+                        "sample": e.sample,
+                        "messages": orjson.dumps(e.messages, default=str).decode(),
+                        "prompt_ids": e.prompt_ids,
+                        "response_ids": e.response_ids,
+                        "mask": e.mask,
+                        "turns": e.turns,
+                        "tool_calls": e.tool_calls,
+                        "tool_errors": e.tool_errors,
+                        "malformed_calls": e.malformed_calls,
+                        "finish_reason": e.finish_reason,
+                        "extracted": v.extracted,
+                        "correct": v.correct,
+                    }
+                )
+            n_correct = sum(v.correct for v in verdicts)
+            labels.append(
+                {
+                    "question_id": q["question_id"],
+                    "label_source": "rollouts",
+                    "policy": policy,
+                    "revision": revision,
+                    "config_key": key,
+                    "k": len(eps),
+                    "n_correct": n_correct,
+                    "pass_rate": n_correct / len(eps),
+                    "mean_response_tokens": sum(len(e.response_ids) for e in eps) / len(eps),
+                    "mean_tool_calls": sum(e.tool_calls for e in eps) / len(eps),
+                    "mean_tool_errors": sum(e.tool_errors for e in eps) / len(eps),
+                }
+            )
+        part = prefix + digest("".join(sorted(by_q)).encode(), 8)
+        lake.write_part("rollouts", part, pa.Table.from_pylist(rollouts, schema=TABLES["rollouts"]))
+        lake.write_part(
+            "labels", part, pa.Table.from_pylist(labels, schema=TABLES["labels"])
+        )  # the checkpoint
+        stats["labelled_now"] += len(batch)
+        stats["episodes"] += len(rollouts)
+        if on_batch:
+            on_batch(stats["labelled_now"], len(todo))
+    return stats
+
+
+def label(
+    lake: Lake,
+    config: LabelConfig | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+    engine=None,
+) -> dict:
+    config = config or LabelConfig()
+    if config.policy is None and engine is None:
+        return recorded_labels(lake)
+    if engine is not None and config.policy is None:
+        raise ValueError("live labelling needs the policy's path (its revision keys the labels)")
+    return rollout_labels(lake, config, on_batch, engine) | {"source": "rollouts"}
+
+
+def pass_rate_histogram(lake: Lake) -> list[dict]:
+    return query(
+        lake,
+        """SELECT label_source, round(pass_rate, 3) AS pass_rate, count(*) AS questions
+           FROM labels GROUP BY ALL ORDER BY label_source, pass_rate""",
+    ).to_pylist()

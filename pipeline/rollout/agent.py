@@ -1,0 +1,260 @@
+"""The multi-turn agent loop shared by labelling and training.
+
+Each episode starts from the chat-template rendering of (system, user question) and then
+alternates: the policy samples a turn; Hermes ``<tool_call>{"name", "arguments"}</tool_call>``
+blocks (and, if enabled, fenced python blocks) are executed (``python`` in the sandbox); each
+result is appended as a ``tool`` message rendered by the model's own chat template; the episode
+ends on a turn without a tool call (the final answer), at ``max_turns``, or when the response
+budget ``max_response_tokens`` is spent. Token ids are only ever concatenated: sampled tokens
+are kept as sampled, and only the tool messages are tokenized. ``mask`` marks policy tokens (1)
+and tool/template tokens (0) over the response. Malformed calls and unknown tools are answered
+with an error message, counted, and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import orjson
+
+from pipeline.rollout.engines import Sampling
+from pipeline.rollout.sandbox import SandboxConfig, run_python
+
+TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+PY_BLOCK_RE = re.compile(r"```python\n(.*?)```", re.S)
+PYTHON_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": "Run Python code in a sandbox; returns what it prints.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string"}},
+            "required": ["code"],
+        },
+    },
+}
+SYSTEM = (
+    "Solve the problem. You can run Python with the python tool. Put the final answer in \\boxed{}."
+)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    max_turns: int = 4
+    max_response_tokens: int = 1024
+    max_tool_chars: int = 1000
+    tool_format: str = "hermes"  # hermes | python_block | both
+    system_prompt: str = SYSTEM
+    sandbox: SandboxConfig = field(
+        default_factory=lambda: SandboxConfig(wall_seconds=10, cpu_seconds=5)
+    )
+    tool_workers: int = 2
+
+
+@dataclass
+class Episode:
+    question_id: str
+    sample: int
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)  # per response token: 1 = sampled by the policy
+    messages: list[dict] = field(default_factory=list)
+    turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    malformed_calls: int = 0
+    finish_reason: str = ""  # answer | max_turns | max_tokens | length
+    done: bool = False
+
+    @property
+    def final_text(self) -> str:
+        return (
+            next((m["content"] for m in reversed(self.messages) if m["role"] == "assistant"), "")
+            or ""
+        )
+
+
+class ToolMessageRenderer:
+    """Token ids of one tool message plus the next assistant header, taken from the chat
+    template by difference on a fixed dummy conversation (so prior turns are never re-tokenized)."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
+        self.head = tokenizer.apply_chat_template(base, tokenize=False)
+        self.base = base
+
+    def ids(self, content: str) -> list[int]:
+        full = self.tokenizer.apply_chat_template(
+            [*self.base, {"role": "tool", "content": content}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        if not full.startswith(self.head):
+            raise RuntimeError("chat template does not render a tool message as a suffix")
+        return self.tokenizer(full[len(self.head) :], add_special_tokens=False).input_ids
+
+
+def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
+    """(calls [{name, arguments}], malformed count) found in one assistant turn."""
+    calls, bad = [], 0
+    if tool_format in ("hermes", "both"):
+        for body in TOOL_CALL_RE.findall(text):
+            try:
+                obj = orjson.loads(body)
+                if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+                    raise ValueError("no name")
+                args = obj.get("arguments", {})
+                calls.append(
+                    {
+                        "name": obj["name"],
+                        "arguments": orjson.loads(args) if isinstance(args, str) else args,
+                    }
+                )
+            except (orjson.JSONDecodeError, ValueError):
+                calls.append({"name": None, "error": f"malformed tool call: {body[:200]}"})
+                bad += 1
+        if "<tool_call>" in text and not TOOL_CALL_RE.search(text):
+            calls.append({"name": None, "error": "malformed tool call: unterminated <tool_call>"})
+            bad += 1
+    if tool_format in ("python_block", "both"):
+        calls += [
+            {"name": "python", "arguments": {"code": code}} for code in PY_BLOCK_RE.findall(text)
+        ]
+    return calls, bad
+
+
+def run_tool(call: dict, config: AgentConfig) -> tuple[str, bool]:
+    """(output text, is_error)."""
+    if call.get("name") is None:
+        return (
+            f'Error: {call["error"]}. Use <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.',
+            True,
+        )
+    if call["name"] != "python":
+        return f"Error: unknown tool {call['name']!r}; available: python.", True
+    code = call["arguments"].get("code") if isinstance(call["arguments"], dict) else None
+    if not isinstance(code, str):
+        return "Error: python needs a string argument 'code'.", True
+    result = run_python(code, config.sandbox)
+    return result.as_tool_output(), not result.ok
+
+
+def start_episodes(
+    tokenizer, questions: list[tuple[str, str]], k: int, config: AgentConfig
+) -> list[Episode]:
+    episodes = []
+    for qid, question in questions:
+        messages = [
+            {"role": "system", "content": config.system_prompt},
+            {"role": "user", "content": question},
+        ]
+        prompt = tokenizer.apply_chat_template(
+            messages, tools=[PYTHON_TOOL], tokenize=False, add_generation_prompt=True
+        )
+        ids = tokenizer(prompt, add_special_tokens=False).input_ids
+        episodes += [Episode(qid, s, ids, messages=list(messages)) for s in range(k)]
+    return episodes
+
+
+def run_episodes(
+    engine,
+    tokenizer,
+    questions: list[tuple[str, str]],
+    k: int,
+    config: AgentConfig | None = None,
+    sampling: Sampling | None = None,
+) -> list[Episode]:
+    """K episodes per (question_id, question); every active episode advances one turn per call
+    to the engine, so the engine batches across questions, samples and turns."""
+    config = config or AgentConfig()
+    sampling = sampling or Sampling()
+    renderer = ToolMessageRenderer(tokenizer)
+    episodes = start_episodes(tokenizer, questions, k, config)
+    first = True
+    with ThreadPoolExecutor(max_workers=max(1, config.tool_workers)) as pool:
+        while True:
+            active = [e for e in episodes if not e.done]
+            if not active:
+                break
+            if first:  # one prompt per question, n=k samples
+                heads = active[::k]
+                comps = engine.generate(
+                    [e.prompt_ids for e in heads], _budget(sampling, config, heads[0]), n=k
+                )
+                results = [c for group in comps for c in group]
+                first = False
+            else:  # per-episode budgets differ: one engine call per distinct budget
+                budgets: dict[int, list[Episode]] = {}
+                for e in active:
+                    budgets.setdefault(_remaining(e, config), []).append(e)
+                by_ep = {}
+                for _, group in sorted(budgets.items()):
+                    outs = engine.generate(
+                        [e.prompt_ids + e.response_ids for e in group],
+                        _budget(sampling, config, group[0]),
+                        n=1,
+                    )
+                    by_ep.update({id(e): o[0] for e, o in zip(group, outs, strict=True)})
+                results = [by_ep[id(e)] for e in active]
+            pending = []
+            for e, c in zip(active, results, strict=True):
+                e.turns += 1
+                e.response_ids += c.token_ids
+                e.mask += [1] * len(c.token_ids)
+                calls, bad = parse_calls(c.text, config.tool_format)
+                e.malformed_calls += bad
+                e.messages.append(
+                    {
+                        "role": "assistant",
+                        "content": c.text,
+                        "tool_calls": [x for x in calls if x.get("name")] or None,
+                    }
+                )
+                if c.finish_reason == "length":
+                    e.done, e.finish_reason = (
+                        True,
+                        "max_tokens" if _remaining(e, config) <= 0 else "length",
+                    )
+                elif not calls:
+                    e.done, e.finish_reason = True, "answer"
+                elif e.turns >= config.max_turns:
+                    e.done, e.finish_reason = True, "max_turns"
+                else:
+                    pending.append((e, calls))
+            jobs = [
+                (e, pool.submit(run_tool, call, config)) for e, calls in pending for call in calls
+            ]
+            for e, fut in jobs:
+                out, is_error = fut.result()
+                e.tool_calls += 1
+                e.tool_errors += is_error
+                out = (
+                    out
+                    if len(out) <= config.max_tool_chars
+                    else out[: config.max_tool_chars] + "\n[truncated]"
+                )
+                e.messages.append({"role": "tool", "content": out})
+                ids = renderer.ids(out)
+                e.response_ids += ids
+                e.mask += [0] * len(ids)
+            for e, _ in pending:
+                if _remaining(e, config) <= 0:
+                    e.done, e.finish_reason = True, "max_tokens"
+    return episodes
+
+
+def _remaining(e: Episode, config: AgentConfig) -> int:
+    return config.max_response_tokens - len(e.response_ids)
+
+
+def _budget(sampling: Sampling, config: AgentConfig, e: Episode) -> Sampling:
+    return Sampling(
+        sampling.temperature,
+        sampling.top_p,
+        max(1, min(sampling.max_tokens, _remaining(e, config))),
+        sampling.seed + e.turns,
+    )

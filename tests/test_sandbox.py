@@ -115,3 +115,15 @@ def test_network_is_unreachable_even_without_the_hook():
 def test_output_is_truncated_for_the_agent():
     r = run_python("print('y' * 100000)", FAST)
     assert r.ok and r.truncated and len(r.stdout) == FAST.max_output_chars
+
+
+def test_prestarted_pool_runs_one_program_per_interpreter():
+    from pipeline.rollout.sandbox import SandboxPool
+
+    with SandboxPool(2, FAST) as pool:
+        pids = {pool.run("import os; print(os.getpid())").stdout for _ in range(4)}
+        assert len(pids) == 4  # never the same interpreter twice
+        r = pool.run(HOSTILE["fork_bomb"][0])
+        assert not r.ok
+        assert pool.run("print('still fine')").stdout == "still fine\n"
+    assert leftover_processes() == []  # the warm interpreters are gone with the pool

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from pipeline.rollout.engines import Sampling
-from pipeline.rollout.sandbox import SandboxConfig, run_python
+from pipeline.rollout.sandbox import SandboxConfig, SandboxPool, run_python
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 PY_BLOCK_RE = re.compile(r"```python\n(.*?)```", re.S)
@@ -52,6 +52,7 @@ class AgentConfig:
         default_factory=lambda: SandboxConfig(wall_seconds=10, cpu_seconds=5)
     )
     tool_workers: int = 2
+    sandbox_pool: int = 2  # pre-started sandbox interpreters (0: start one per call)
 
 
 @dataclass
@@ -127,7 +128,7 @@ def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
     return calls, bad
 
 
-def run_tool(call: dict, config: AgentConfig) -> tuple[str, bool]:
+def run_tool(call: dict, config: AgentConfig, pool: SandboxPool | None = None) -> tuple[str, bool]:
     """(output text, is_error)."""
     if call.get("name") is None:
         return (
@@ -139,7 +140,7 @@ def run_tool(call: dict, config: AgentConfig) -> tuple[str, bool]:
     code = call["arguments"].get("code") if isinstance(call["arguments"], dict) else None
     if not isinstance(code, str):
         return "Error: python needs a string argument 'code'.", True
-    result = run_python(code, config.sandbox)
+    result = pool.run(code) if pool is not None else run_python(code, config.sandbox)
     return result.as_tool_output(), not result.ok
 
 
@@ -175,6 +176,15 @@ def run_episodes(
     renderer = ToolMessageRenderer(tokenizer)
     episodes = start_episodes(tokenizer, questions, k, config)
     first = True
+    sandboxes = SandboxPool(config.sandbox_pool, config.sandbox) if config.sandbox_pool > 0 else None
+    try:
+        return _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first)
+    finally:
+        if sandboxes is not None:
+            sandboxes.close()
+
+
+def _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first) -> list[Episode]:
     with ThreadPoolExecutor(max_workers=max(1, config.tool_workers)) as pool:
         while True:
             active = [e for e in episodes if not e.done]

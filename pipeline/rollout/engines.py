@@ -144,6 +144,7 @@ class VLLMEngine:
     ):
         from vllm import LLM
 
+        kwargs.setdefault("seed", 0)  # the engine is seeded once
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -164,8 +165,7 @@ class VLLMEngine:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             max_tokens=sampling.max_tokens,
-            seed=sampling.seed,
-            stop_token_ids=[self.stop_id],
+            stop_token_ids=[self.stop_id],  # no per-request seed: vLLM's CPU build cannot offset it
         )
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False

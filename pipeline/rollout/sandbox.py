@@ -90,7 +90,7 @@ def _hook(event, args):
 
 sys.addaudithook(_hook)
 del _hook
-_src = open(sys.argv[1], encoding="utf-8").read()
+_src = sys.stdin.read() if sys.argv[1] == "-" else open(sys.argv[1], encoding="utf-8").read()
 sys.argv = ["main.py"]
 exec(compile(_src, "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
 """
@@ -247,86 +247,134 @@ def _read_capped(path: str, cap: int) -> tuple[str, bool]:
     return (text[:cap], True) if len(text) > cap else (text, False)
 
 
+@dataclass
+class _Warm:
+    """A sandboxed interpreter started with its limits, waiting for its one program on stdin."""
+
+    proc: subprocess.Popen
+    workdir: str
+    uid: int | None
+    out_path: str
+    err_path: str
+
+
+def _spawn(config: SandboxConfig) -> _Warm:
+    workdir = tempfile.mkdtemp(prefix="flow-sandbox-")
+    uid = _next_uid() if (config.drop_privileges and os.geteuid() == 0) else None
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    out_path, err_path = os.path.join(workdir, ".stdout"), os.path.join(workdir, ".stderr")
+    deny = os.pathsep.join(sorted({os.path.expanduser("~"), "/root", "/proc/1", f"/proc/{os.getpid()}"}))
+    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    python, extra_path = _interpreter(config, uid is not None)
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        if uid is not None:
+            os.fchown(out.fileno(), uid, uid)
+            os.fchown(err.fileno(), uid, uid)
+        proc = subprocess.Popen(
+            [python, "-I", "-c", PRELUDE, "-", deny, extra_path, "0" if uid is not None else "1"],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=_limits(config, uid),
+            close_fds=True,
+        )
+    return _Warm(proc, workdir, uid, out_path, err_path)
+
+
+def _finish(warm: _Warm, code: str, config: SandboxConfig, t0: float) -> SandboxResult:
+    """Hand ``code`` to a warm interpreter, enforce the wall clock, collect, clean up."""
+    proc = warm.proc
+    try:
+        reason = None
+        try:
+            proc.stdin.write(code.encode("utf-8"))
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the interpreter died before reading: its exit status says why
+        try:
+            status = proc.wait(timeout=config.wall_seconds)
+        except subprocess.TimeoutExpired:
+            reason = "timeout"
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            status = proc.wait()
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # background children of a finished call
+        if warm.uid is not None:
+            _reap_uid(warm.uid)
+        stdout, t1 = _read_capped(warm.out_path, config.max_output_chars)
+        stderr, t2 = _read_capped(warm.err_path, config.max_output_chars)
+        if reason is None and status is not None and status < 0:
+            sig = -status
+            reason = {signal.SIGXCPU: "cpu_limit", signal.SIGXFSZ: "file_size_limit", signal.SIGKILL: "killed"}.get(sig, f"signal_{signal.Signals(sig).name}")
+        elif reason is None and status != 0:
+            reason = "memory_limit" if "MemoryError" in stderr else "error"
+        return SandboxResult(reason is None, stdout, stderr, status, reason, time.perf_counter() - t0, t1 or t2)
+    finally:
+        shutil.rmtree(warm.workdir, ignore_errors=True)
+
+
 def run_python(code: str, config: SandboxConfig | None = None) -> SandboxResult:
     """Run ``code`` in a fresh sandboxed interpreter and return what happened."""
     config = config or SandboxConfig()
     t0 = time.perf_counter()
-    workdir = tempfile.mkdtemp(prefix="flow-sandbox-")
-    uid = _next_uid() if (config.drop_privileges and os.geteuid() == 0) else None
     try:
-        main = os.path.join(workdir, "main.py")
-        with open(main, "w", encoding="utf-8") as f:
-            f.write(code)
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-            os.chown(main, uid, uid)
-        out_path, err_path = os.path.join(workdir, ".stdout"), os.path.join(workdir, ".stderr")
-        deny = os.pathsep.join(
-            sorted({os.path.expanduser("~"), "/root", "/proc/1", f"/proc/{os.getpid()}"})
-        )
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "HOME": workdir,
-            "TMPDIR": workdir,
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-        }
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            if uid is not None:
-                os.fchown(out.fileno(), uid, uid)
-                os.fchown(err.fileno(), uid, uid)
-            try:
-                python, extra_path = _interpreter(config, uid is not None)
-                proc = subprocess.Popen(
-                    [
-                        python,
-                        "-I",
-                        "-c",
-                        PRELUDE,
-                        main,
-                        deny,
-                        extra_path,
-                        "0" if uid is not None else "1",
-                    ],
-                    cwd=workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    start_new_session=True,
-                    preexec_fn=_limits(config, uid),
-                    close_fds=True,
-                )
-            except OSError as e:
-                return SandboxResult(
-                    False, "", str(e), None, "start_failed", time.perf_counter() - t0
-                )
-            reason = None
-            try:
-                code_ = proc.wait(timeout=config.wall_seconds)
-            except subprocess.TimeoutExpired:
-                reason = "timeout"
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                code_ = proc.wait()
+        warm = _spawn(config)
+    except OSError as e:
+        return SandboxResult(False, "", str(e), None, "start_failed", time.perf_counter() - t0)
+    return _finish(warm, code, config, t0)
+
+
+class SandboxPool:
+    """Pre-started sandboxed interpreters: each still runs exactly one program and exits (the
+    isolation of a fresh process per call), but its start-up (exec, imports, limits) is paid
+    ahead of time, off the agent's critical path."""
+
+    def __init__(self, size: int = 4, config: SandboxConfig | None = None):
+        import queue
+
+        self.config = config or SandboxConfig()
+        self.ready: queue.Queue[_Warm] = queue.Queue()
+        self.size = size
+        self._lock = threading.Lock()
+        self._closed = False
+        for _ in range(size):
+            self._refill()
+
+    def _refill(self) -> None:
+        def start() -> None:
             with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)  # background children of a finished call
-            if uid is not None:
-                _reap_uid(uid)
-        stdout, t1 = _read_capped(out_path, config.max_output_chars)
-        stderr, t2 = _read_capped(err_path, config.max_output_chars)
-        if reason is None and code_ is not None and code_ < 0:
-            sig = -code_
-            reason = {
-                signal.SIGXCPU: "cpu_limit",
-                signal.SIGXFSZ: "file_size_limit",
-                signal.SIGKILL: "killed",
-            }.get(sig, f"signal_{signal.Signals(sig).name}")
-        elif reason is None and code_ != 0:
-            reason = "memory_limit" if "MemoryError" in stderr else "error"
-        return SandboxResult(
-            reason is None, stdout, stderr, code_, reason, time.perf_counter() - t0, t1 or t2
-        )
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+                if not self._closed:
+                    self.ready.put(_spawn(self.config))
+
+        threading.Thread(target=start, daemon=True).start()
+
+    def run(self, code: str) -> SandboxResult:
+        t0 = time.perf_counter()
+        try:
+            warm = self.ready.get(timeout=30)
+        except Exception:  # noqa: BLE001 - no warm worker: start one now
+            warm = _spawn(self.config)
+        self._refill()
+        return _finish(warm, code, self.config, t0)
+
+    def close(self) -> None:
+        self._closed = True
+        while not self.ready.empty():
+            w = self.ready.get_nowait()
+            with contextlib.suppress(OSError):
+                os.killpg(w.proc.pid, signal.SIGKILL)
+            w.proc.wait()
+            if w.uid is not None:
+                _reap_uid(w.uid)
+            shutil.rmtree(w.workdir, ignore_errors=True)
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -176,7 +176,9 @@ def run_episodes(
     renderer = ToolMessageRenderer(tokenizer)
     episodes = start_episodes(tokenizer, questions, k, config)
     first = True
-    sandboxes = SandboxPool(config.sandbox_pool, config.sandbox) if config.sandbox_pool > 0 else None
+    sandboxes = (
+        SandboxPool(config.sandbox_pool, config.sandbox) if config.sandbox_pool > 0 else None
+    )
     try:
         return _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first)
     finally:

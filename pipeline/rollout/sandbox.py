@@ -264,8 +264,17 @@ def _spawn(config: SandboxConfig) -> _Warm:
     if uid is not None:
         os.chown(workdir, uid, uid)
     out_path, err_path = os.path.join(workdir, ".stdout"), os.path.join(workdir, ".stderr")
-    deny = os.pathsep.join(sorted({os.path.expanduser("~"), "/root", "/proc/1", f"/proc/{os.getpid()}"}))
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+    deny = os.pathsep.join(
+        sorted({os.path.expanduser("~"), "/root", "/proc/1", f"/proc/{os.getpid()}"})
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+    }
     python, extra_path = _interpreter(config, uid is not None)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         if uid is not None:
@@ -310,10 +319,16 @@ def _finish(warm: _Warm, code: str, config: SandboxConfig, t0: float) -> Sandbox
         stderr, t2 = _read_capped(warm.err_path, config.max_output_chars)
         if reason is None and status is not None and status < 0:
             sig = -status
-            reason = {signal.SIGXCPU: "cpu_limit", signal.SIGXFSZ: "file_size_limit", signal.SIGKILL: "killed"}.get(sig, f"signal_{signal.Signals(sig).name}")
+            reason = {
+                signal.SIGXCPU: "cpu_limit",
+                signal.SIGXFSZ: "file_size_limit",
+                signal.SIGKILL: "killed",
+            }.get(sig, f"signal_{signal.Signals(sig).name}")
         elif reason is None and status != 0:
             reason = "memory_limit" if "MemoryError" in stderr else "error"
-        return SandboxResult(reason is None, stdout, stderr, status, reason, time.perf_counter() - t0, t1 or t2)
+        return SandboxResult(
+            reason is None, stdout, stderr, status, reason, time.perf_counter() - t0, t1 or t2
+        )
     finally:
         shutil.rmtree(warm.workdir, ignore_errors=True)
 

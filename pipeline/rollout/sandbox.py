@@ -344,6 +344,15 @@ def run_python(code: str, config: SandboxConfig | None = None) -> SandboxResult:
     return _finish(warm, code, config, t0)
 
 
+def _discard(w: _Warm) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(w.proc.pid, signal.SIGKILL)
+    w.proc.wait()
+    if w.uid is not None:
+        _reap_uid(w.uid)
+    shutil.rmtree(w.workdir, ignore_errors=True)
+
+
 class SandboxPool:
     """Pre-started sandboxed interpreters: each still runs exactly one program and exits (the
     isolation of a fresh process per call), but its start-up (exec, imports, limits) is paid
@@ -357,16 +366,24 @@ class SandboxPool:
         self.size = size
         self._lock = threading.Lock()
         self._closed = False
+        self._threads: list[threading.Thread] = []
         for _ in range(size):
             self._refill()
 
     def _refill(self) -> None:
         def start() -> None:
             with contextlib.suppress(OSError):
-                if not self._closed:
-                    self.ready.put(_spawn(self.config))
+                warm = _spawn(self.config)
+                with self._lock:
+                    if not self._closed:
+                        self.ready.put(warm)
+                        return
+                _discard(warm)  # the pool closed while this one was starting
 
-        threading.Thread(target=start, daemon=True).start()
+        t = threading.Thread(target=start, daemon=True)
+        with self._lock:
+            self._threads = [x for x in self._threads if x.is_alive()] + [t]
+        t.start()
 
     def run(self, code: str) -> SandboxResult:
         t0 = time.perf_counter()
@@ -378,15 +395,13 @@ class SandboxPool:
         return _finish(warm, code, self.config, t0)
 
     def close(self) -> None:
-        self._closed = True
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        for t in threads:  # spawns in flight discard themselves once closed
+            t.join(timeout=30)
         while not self.ready.empty():
-            w = self.ready.get_nowait()
-            with contextlib.suppress(OSError):
-                os.killpg(w.proc.pid, signal.SIGKILL)
-            w.proc.wait()
-            if w.uid is not None:
-                _reap_uid(w.uid)
-            shutil.rmtree(w.workdir, ignore_errors=True)
+            _discard(self.ready.get_nowait())
 
     def __enter__(self) -> SandboxPool:
         return self

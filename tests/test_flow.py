@@ -94,3 +94,28 @@ def test_dedup_flow_records_an_artifact(harness, shared, tmp_path):
         and "| data | 519 |" in arts[0].data
         and "Largest question clusters" in arts[0].data
     )
+
+
+def test_label_flow_records_a_pass_rate_artifact(harness, shared, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.dedup import dedup_flow
+    from flows.ingest import ingest_flow
+    from flows.label import label_flow
+    from flows.validate import validate_flow
+
+    lake = str(tmp_path / "lake")
+    ingest_flow(paths=[str(shared / "qwen25_math_rollouts")], lake=lake)
+    validate_flow(lake=lake, data_docs=False)
+    dedup_flow(lake=lake)
+    state = label_flow(lake=lake, return_state=True)
+    assert state.is_completed()
+    out = state.result()
+    assert out["stats"]["source"] == "recorded" and out["stats"]["questions_labelled"] == 80
+    assert sum(h["questions"] for h in out["histogram"]) == 80
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["pass-rates"]))
+        )
+    assert arts[0].type == "markdown" and "| recorded | 1.0 |" in arts[0].data

@@ -47,13 +47,16 @@ class LabelConfig:
     limit: int | None = None  # label at most this many questions (smoke runs)
     include_eval: bool = False  # also label questions that belong to evaluation sets
 
-    def config_key(self) -> str:
-        blob = {
-            "k": self.k,
-            "sampling": asdict(self.sampling),
-            "agent": {k: v for k, v in asdict(self.agent).items() if k != "tool_workers"},
+    def config_json(self) -> str:
+        """K, sampling and agent limits: what makes two labels comparable."""
+        agent = {
+            k: v for k, v in asdict(self.agent).items() if k not in ("tool_workers", "sandbox_pool")
         }
-        return digest(orjson.dumps(blob, option=orjson.OPT_SORT_KEYS, default=str), 8)
+        blob = {"k": self.k, "sampling": asdict(self.sampling), "agent": agent}
+        return orjson.dumps(blob, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+    def config_key(self) -> str:
+        return digest(self.config_json().encode(), 8)
 
 
 def model_revision(path: str) -> str:
@@ -90,6 +93,7 @@ def recorded_labels(lake: Lake) -> dict:
                 "policy": ",".join(p for p in r["policies"] if p),
                 "revision": digest(orjson.dumps([r["policies"], r["k"], r["n_correct"]]), 8),
                 "config_key": "recorded",
+                "config": None,
                 "k": r["k"],
                 "n_correct": r["n_correct"],
                 "pass_rate": r["n_correct"] / r["k"],
@@ -189,6 +193,7 @@ def rollout_labels(
                     "policy": policy,
                     "revision": revision,
                     "config_key": key,
+                    "config": config.config_json(),
                     "k": len(eps),
                     "n_correct": n_correct,
                     "pass_rate": n_correct / len(eps),

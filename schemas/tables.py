@@ -204,6 +204,7 @@ LABELS = pa.schema(
             pa.string(),
         ),  # hash of the model files (rollouts) or of the attempts (recorded)
         ("config_key", pa.string()),  # sampling + agent config (rollouts); "recorded"
+        ("config", pa.string()),  # that config as JSON (K, sampling, agent limits)
         ("k", pa.int32()),
         ("n_correct", pa.int32()),
         ("pass_rate", pa.float64()),

@@ -362,6 +362,50 @@ def label(
     _print_label(out)
 
 
+def _print_build(m: dict) -> None:
+    rl, sft = m["rl"], m["sft"]
+    console.print(
+        f"[bold]dataset[/bold] {m['name']} v{m['version']}: rl {rl['rows']} questions (labels: {rl['label_source']}), sft {sft['rows']} trajectories"
+    )
+    console.print(
+        f"  pyramid {rl['pyramid']} (targets {rl['targets']}); supply {rl['supply']}; dropped {rl['dropped']}"
+    )
+    if rl["short_bins"]:
+        console.print(
+            f"  [yellow]short bins[/yellow] {rl['short_bins']}: the largest dataset meeting the ratios has {rl['largest_size_meeting_ratios']} questions"
+        )
+    console.print(f"  entropy before {rl['entropy_before']} -> after {rl['entropy_after']}")
+    console.print(f"  [bold]{m['path']}[/bold] (manifest.json, rl/, sft/, exports/, pyramid.png)")
+
+
+@app.command()
+def build(
+    lake: LakeOpt = None,
+    name: Annotated[str, typer.Option(help="Dataset name (datasets/<name>/v<N>).")] = "default",
+    size: Annotated[
+        int | None,
+        typer.Option(help="Requested RL size (default: the largest meeting the ratios)."),
+    ] = None,
+    seed: int = 0,
+    label_source: Annotated[
+        str | None, typer.Option(help="recorded | rollouts (default: rollouts if any).")
+    ] = None,
+) -> None:
+    """Build a versioned dataset: RL pyramid, SFT selection, shards, manifest, exports."""
+    from flows.build import build_flow
+    from pipeline.build import check_name
+
+    try:
+        check_name(name)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--name") from None
+    with console.status("building…"):
+        m = build_flow(
+            lake=resolve_root(lake), name=name, size=size, seed=seed, label_source=label_source
+        )
+    _print_build(m)
+
+
 @app.command()
 def query(
     sql: Annotated[
@@ -454,7 +498,8 @@ def run(
         typer.Option(help="Model folder: label with live rollouts instead of recorded attempts."),
     ] = None,
 ) -> None:
-    """The main job on its defaults: ingest, validate, dedup, label, then a summary and a sample query."""
+    """The main job on its defaults: ingest, validate, dedup, label, build; then a summary."""
+    from flows.build import build_flow
     from flows.dedup import dedup_flow
     from flows.label import label_flow
     from flows.validate import validate_flow
@@ -474,6 +519,8 @@ def run(
         _print_dedup(dedup_flow(lake=root))
     with console.status("labelling…"):
         _print_label(label_flow(lake=root, policy=policy))
+    with console.status("building the dataset…"):
+        _print_build(build_flow(lake=root, name="demo"))
     console.rule("sample query")
     console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
     print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())

@@ -140,6 +140,12 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch):
         ).stdout
     )
     assert {"method": "exact", "n": 1} in d
+    # labels and a dataset: the demo attempts spread over every pass rate
+    assert (
+        "dataset demo v1" in res.output
+        and (tmp_path / "data/lake/datasets/demo/v1/manifest.json").exists()
+    )
+    assert (tmp_path / "data/lake/datasets/demo/v1/pyramid.png").read_bytes()[:4] == b"\x89PNG"
     again = runner.invoke(app, ["run"])
     assert (
         "records read 0 = accepted 0 + quarantined 0" in again.output

@@ -1,0 +1,234 @@
+"""The build stage: a versioned, checksummed dataset from the lake.
+
+``datasets/<name>/v<N>/`` under the lake root holds ``rl/part-*.parquet`` (selected questions
+with difficulty and pass rate), ``sft/part-*.parquet`` (selected real trajectories with their
+behaviour features), ``exports/`` (TRL SFT, TRL GRPO, verl, LLaMA-Factory) and
+``manifest.json`` (schema version, rows per shard, sha256 of every file, pyramid, diversity, the
+full config and the lineage: which ingested files and labels). A version is written under a
+temporary folder and renamed into place; a published version is never overwritten (the next
+build gets ``v<N+1>``). The same lake and config give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import asdict, dataclass, field
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline import exports
+from pipeline.lake import Lake
+from pipeline.profile import SFTConfig, features, keep_for_sft
+from pipeline.query import query
+from pipeline.select import SelectConfig, entropy, select
+from schemas import SCHEMA_VERSION
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PARQUET = {"compression": "zstd", "compression_level": 3}
+
+
+@dataclass
+class BuildConfig:
+    """Options of the build stage."""
+
+    name: str = "default"
+    select: SelectConfig = field(default_factory=SelectConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    label_source: str | None = None  # recorded | rollouts (default: rollouts if any, else recorded)
+    shard_rows: int = 50_000
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name) or ".." in name:
+        raise ValueError(
+            f"invalid dataset name {name!r}: use letters, digits, '_', '-', '.' (no path separators)"
+        )
+    return name
+
+
+RL_ITEMS = """
+WITH lab AS (
+  SELECT question_id, label_source, sum(n_correct) AS n_correct, sum(k) AS k
+  FROM labels WHERE label_source = '{source}' GROUP BY ALL),
+traj AS (
+  SELECT c.representative_id AS question_id, avg(t.num_tool_calls) AS calls
+  FROM valid_trajectories t JOIN dedup_clusters c ON c.scope = 'question' AND c.member_id = t.question_id GROUP BY 1)
+SELECT u.question_id, u.question, u.ground_truth, u.answer_type, coalesce(u.domain, 'unknown') AS domain,
+       u.datasets, u.sources[1] AS source, lab.k, lab.n_correct, lab.n_correct / lab.k AS pass_rate, lab.label_source,
+       CASE WHEN traj.calls IS NULL THEN 'unknown' WHEN traj.calls = 0 THEN 'none' WHEN traj.calls <= 1 THEN 'single' ELSE 'multi' END AS tool_pattern
+FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN traj USING (question_id)
+WHERE u.train_eligible AND u.ground_truth IS NOT NULL
+ORDER BY u.question_id
+"""
+
+SFT_ITEMS = """
+SELECT t.record_id, t.trajectory_id, t.question_id, t.source, t.source_format, t.domain, t.question, t.tools,
+       t.messages, t.final_answer, t.is_correct, t.reward, t.validation_flags
+FROM valid_trajectories t
+JOIN dedup_clusters d ON d.scope = 'trajectory' AND d.member_id = t.record_id AND d.representative_id = t.record_id
+JOIN dedup_clusters q ON q.scope = 'question' AND q.member_id = t.question_id
+JOIN unique_questions u ON u.question_id = q.representative_id
+WHERE u.train_eligible
+ORDER BY t.record_id
+"""
+
+
+def _shards(rows: list[dict], schema: pa.Schema | None, shard_rows: int) -> list[bytes]:
+    out = []
+    for i in range(0, max(len(rows), 1), shard_rows):
+        table = (
+            pa.Table.from_pylist(rows[i : i + shard_rows], schema=schema)
+            if rows
+            else (schema.empty_table() if schema else pa.table({}))
+        )
+        buf = pa.BufferOutputStream()
+        pq.write_table(table, buf, **PARQUET)
+        out.append(buf.getvalue().to_pybytes())
+    return out
+
+
+RL_SCHEMA = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("question", pa.string()),
+        ("ground_truth", pa.string()),
+        ("answer_type", pa.string()),
+        ("domain", pa.string()),
+        ("source", pa.string()),
+        ("datasets", pa.list_(pa.string())),
+        ("difficulty", pa.string()),
+        ("pass_rate", pa.float64()),
+        ("k", pa.int64()),
+        ("n_correct", pa.int64()),
+        ("label_source", pa.string()),
+        ("tool_pattern", pa.string()),
+    ]
+)
+
+
+def next_version(lake: Lake, name: str) -> int:
+    base = lake.path("datasets", name)
+    if not lake.fs.exists(base):
+        return 1
+    versions = [
+        int(p.rstrip("/").rsplit("/", 1)[-1][1:])
+        for p in lake.fs.ls(base, detail=False)
+        if re.fullmatch(r"v\d+", p.rstrip("/").rsplit("/", 1)[-1])
+    ]
+    return max(versions, default=0) + 1
+
+
+def lineage(lake: Lake) -> dict:
+    files = (
+        query(lake, "SELECT file_sha256 FROM ingest_log ORDER BY 1")
+        .column("file_sha256")
+        .to_pylist()
+    )
+    labels = query(
+        lake, "SELECT DISTINCT label_source, policy, revision, config_key FROM labels ORDER BY ALL"
+    ).to_pylist()
+    return {
+        "ingested_files": len(files),
+        "lake_snapshot": hashlib.sha256("".join(files).encode()).hexdigest(),
+        "labels": labels,
+    }
+
+
+def build(lake: Lake, config: BuildConfig | None = None) -> dict:
+    """Select, shard, export and publish a new dataset version; returns the manifest."""
+    config = config or BuildConfig()
+    name = check_name(config.name)
+    source = config.label_source
+    if source is None:
+        have = set(
+            query(lake, "SELECT DISTINCT label_source FROM labels")
+            .column("label_source")
+            .to_pylist()
+        )
+        source = "rollouts" if "rollouts" in have else "recorded"
+    items = query(lake, RL_ITEMS.format(source=source)).to_pylist()
+    sel = select(items, config.select)
+    rl_rows = [{k: r.get(k) for k in RL_SCHEMA.names} for r in sel.rows]
+
+    sft_rows, sft_dropped = [], {}
+    for t in query(lake, SFT_ITEMS).to_pylist():
+        f = features(t["messages"], t["final_answer"], t["is_correct"], t["reward"])
+        why = keep_for_sft(f, t["validation_flags"] or [], config.sft)
+        if why:
+            sft_dropped[why] = sft_dropped.get(why, 0) + 1
+            continue
+        sft_rows.append(
+            {k: v for k, v in t.items() if k != "validation_flags"}
+            | {f"f_{k}": v for k, v in f.items()}
+        )
+
+    files: dict[str, bytes] = {}
+    for i, data in enumerate(_shards(rl_rows, RL_SCHEMA, config.shard_rows)):
+        files[f"rl/part-{i:05d}.parquet"] = data
+    for i, data in enumerate(_shards(sft_rows, None, config.shard_rows)):
+        files[f"sft/part-{i:05d}.parquet"] = data
+    files["exports/trl_sft.jsonl"] = exports.trl_sft(sft_rows)
+    files["exports/trl_grpo.parquet"] = exports.trl_grpo(rl_rows)
+    files["exports/verl.parquet"] = exports.verl(rl_rows)
+    files["exports/llamafactory_sharegpt.json"], files["exports/dataset_info.json"] = (
+        exports.llamafactory(sft_rows, name)
+    )
+
+    version = next_version(lake, name)
+    manifest = {
+        "name": name,
+        "version": version,
+        "schema_version": SCHEMA_VERSION,
+        "rl": {"rows": len(rl_rows), "label_source": source, **sel.report},
+        "sft": {
+            "rows": len(sft_rows),
+            "dropped": dict(sorted(sft_dropped.items())),
+            "entropy": {
+                k: round(entropy([r.get(k) for r in sft_rows]), 4)
+                for k in ("domain", "source", "f_pattern")
+            },
+        },
+        "files": {
+            p: {
+                "bytes": len(d),
+                "sha256": hashlib.sha256(d).hexdigest(),
+                **(
+                    {"rows": pq.read_metadata(pa.BufferReader(d)).num_rows}
+                    if p.endswith(".parquet")
+                    else {}
+                ),
+            }
+            for p, d in sorted(files.items())
+        },
+        "config": orjson.loads(orjson.dumps(asdict(config), default=str)),
+        "lineage": lineage(lake),
+    }
+    files["manifest.json"] = orjson.dumps(
+        manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+    )
+    _publish(lake, name, version, files)
+    manifest["path"] = lake.path("datasets", name, f"v{version}")
+    return manifest
+
+
+def _publish(lake: Lake, name: str, version: int, files: dict[str, bytes]) -> None:
+    """Write under a temporary folder, then rename it to v<N>; never replace an existing one."""
+    final = lake.path("datasets", name, f"v{version}")
+    tmp = lake.path("datasets", name, f".tmp-v{version}-{uuid.uuid4().hex}")
+    for rel, data in files.items():
+        lake.fs.makedirs(f"{tmp}/{rel.rsplit('/', 1)[0]}" if "/" in rel else tmp, exist_ok=True)
+        with lake.fs.open(f"{tmp}/{rel}", "wb") as f:
+            f.write(data)
+    if lake.fs.exists(final):
+        lake.fs.rm(tmp, recursive=True)
+        raise FileExistsError(f"{final} already exists: published versions are never overwritten")
+    if lake.is_local:
+        import os
+
+        os.rename(tmp, final)  # atomic on one filesystem
+    else:
+        lake.fs.mv(tmp, final, recursive=True)

@@ -1,0 +1,122 @@
+"""RL selection: drop questions every rollout solves or none solves, bin the rest by pass rate,
+and rebalance to a difficulty pyramid, sampling each bin for diversity.
+
+Bins (any K): hard ``0 < p <= hard_max``, medium ``hard_max < p < easy_min``, easy
+``easy_min <= p < 1``; the defaults (0.3, 0.7) give, for K=8, hard 1–2/8, medium 3–5/8,
+easy 6–7/8. The largest dataset meeting the target ratios is
+``N = min(n_bin / ratio_bin)``; a requested size above it is reported as a shortfall per bin,
+never silently filled. Inside a bin, items are drawn one at a time from the stratum (domain,
+source, tool pattern) with the fewest picks so far, ties broken by a seeded shuffle, so the
+selection is as even as supply allows and the same for the same seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+BINS = ("easy", "medium", "hard")
+
+
+@dataclass(frozen=True)
+class SelectConfig:
+    targets: tuple[float, float, float] = (0.3, 0.5, 0.2)  # easy, medium, hard
+    hard_max: float = 0.3
+    easy_min: float = 0.7
+    size: int | None = None  # requested dataset size (default: the largest that meets the ratios)
+    seed: int = 0
+    strata: tuple[str, ...] = ("domain", "source", "tool_pattern")
+
+
+def difficulty(pass_rate: float, config: SelectConfig) -> str | None:
+    """easy | medium | hard, or None for 0/K and K/K (no gradient for GRPO)."""
+    if pass_rate <= 0 or pass_rate >= 1:
+        return None
+    if pass_rate <= config.hard_max:
+        return "hard"
+    return "easy" if pass_rate >= config.easy_min else "medium"
+
+
+def entropy(values: list) -> float:
+    """Shannon entropy (bits) of a list of labels."""
+    n = len(values)
+    if not n:
+        return 0.0
+    return max(0.0, -sum(c / n * math.log2(c / n) for c in Counter(values).values()))
+
+
+def _stratified(items: list[dict], k: int, keys: tuple[str, ...], rng: random.Random) -> list[dict]:
+    """k items, drawing each time from the least-picked stratum (diversity first)."""
+    strata: dict[tuple, list[dict]] = {}
+    for it in items:
+        strata.setdefault(tuple(it.get(s) for s in keys), []).append(it)
+    for v in strata.values():
+        rng.shuffle(v)
+    order = sorted(strata)
+    rng.shuffle(order)
+    heap = [(0, rank, s) for rank, s in enumerate(order)]  # (picked so far, seeded rank, stratum)
+    heapq.heapify(heap)
+    out: list[dict] = []
+    while len(out) < k and heap:
+        picked, rank, s = heapq.heappop(heap)
+        out.append(strata[s].pop())
+        if strata[s]:
+            heapq.heappush(heap, (picked + 1, rank, s))
+    return out
+
+
+@dataclass
+class Selection:
+    rows: list[dict]
+    report: dict = field(default_factory=dict)
+
+
+def select(items: list[dict], config: SelectConfig | None = None) -> Selection:
+    """``items``: dicts with question_id, pass_rate and the strata keys. Returns the selected
+    rows (with a ``difficulty`` key) in a deterministic order, and a report."""
+    config = config or SelectConfig()
+    rng = random.Random(config.seed)
+    binned: dict[str, list[dict]] = {b: [] for b in BINS}
+    dropped = Counter()
+    for it in sorted(items, key=lambda x: x["question_id"]):
+        d = difficulty(it["pass_rate"], config)
+        if d is None:
+            dropped["all_correct" if it["pass_rate"] >= 1 else "all_wrong"] += 1
+            continue
+        binned[d].append(it | {"difficulty": d})
+    supply = {b: len(v) for b, v in binned.items()}
+    ratios = dict(zip(BINS, config.targets, strict=True))
+    largest = min((supply[b] / ratios[b] for b in BINS if ratios[b] > 0), default=0)
+    n = config.size if config.size is not None else int(largest)
+    want = {b: round(n * ratios[b]) for b in BINS}
+    short = {b: {"have": supply[b], "need": want[b]} for b in BINS if supply[b] < want[b]}
+    take = {b: min(want[b], supply[b]) for b in BINS}
+    rows = []
+    for b in BINS:
+        rows += _stratified(binned[b], take[b], config.strata, rng)
+    rows.sort(key=lambda r: (BINS.index(r["difficulty"]), r["question_id"]))
+    total = len(rows)
+    before = [
+        it | {"difficulty": difficulty(it["pass_rate"], config)}
+        for it in items
+        if difficulty(it["pass_rate"], config)
+    ]
+    report = {
+        "input_questions": len(items),
+        "dropped": dict(dropped),
+        "supply": supply,
+        "largest_size_meeting_ratios": int(largest),
+        "requested_size": config.size,
+        "selected": {b: take[b] for b in BINS},
+        "pyramid": {b: round(take[b] / total, 4) if total else 0.0 for b in BINS},
+        "targets": ratios,
+        "short_bins": short,
+        "entropy_before": {
+            s: round(entropy([it.get(s) for it in before]), 4) for s in config.strata
+        },
+        "entropy_after": {s: round(entropy([r.get(s) for r in rows]), 4) for s in config.strata},
+    }
+    return Selection(rows, report)

@@ -1,0 +1,159 @@
+"""Dataset builds from recorded labels on the shared data: pyramid, counts, checksums,
+determinism, short bins, versions, exports loadable by their targets' loaders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from pipeline.build import BuildConfig, build, check_name
+from pipeline.dedup import DedupConfig, dedup
+from pipeline.label import label
+from pipeline.select import SelectConfig, difficulty, select
+from pipeline.validate import ValidateConfig, validate
+from tests.conftest import PINNED
+
+
+@pytest.fixture(scope="module")
+def built(shared_lake):
+    """Recorded labels; GSM8K test is used as training supply here (it is an evaluation set by
+    default), so GSM8K model solutions, Qwen2.5-Math rollouts and tau-bench trials all count."""
+    lake, _ = shared_lake
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+    dedup(lake, DedupConfig(eval_sets=("aime2024", "aime2025", "amc2023", "math500")))
+    label(lake)
+    m1 = build(lake, BuildConfig(name="shared", label_source="recorded"))
+    m2 = build(lake, BuildConfig(name="shared", label_source="recorded"))
+    return lake, m1, m2
+
+
+def test_pyramid_within_two_points_of_30_50_20(built):
+    _, m, _ = built
+    rl = m["rl"]
+    assert rl["rows"] > 300 and not rl["short_bins"]
+    for b, target in (("easy", 0.3), ("medium", 0.5), ("hard", 0.2)):
+        assert abs(rl["pyramid"][b] - target) <= 0.02
+    assert set(rl["dropped"]) == {"all_correct", "all_wrong"}
+
+
+def test_manifest_counts_equal_duckdb_counts_and_sha256_verify(built):
+    _, m, _ = built
+    root = Path(m["path"])
+    for rel, meta in m["files"].items():
+        data = (root / rel).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == meta["sha256"] and len(data) == meta["bytes"]
+    con = duckdb.connect()
+    rl = con.sql(
+        f"SELECT count(*), count(*) FILTER (WHERE difficulty = 'easy') FROM read_parquet('{root}/rl/*.parquet')"
+    ).fetchall()[0]
+    assert rl == (m["rl"]["rows"], m["rl"]["selected"]["easy"])
+    sft = con.sql(f"SELECT count(*) FROM read_parquet('{root}/sft/*.parquet')").fetchall()[0][0]
+    assert sft == m["sft"]["rows"] > 0
+    bad = con.sql(
+        f"SELECT count(*) FROM read_parquet('{root}/sft/*.parquet') WHERE NOT f_correct OR NOT f_complete"
+    ).fetchall()[0][0]
+    assert bad == 0
+    assert json.loads((root / "manifest.json").read_text())["files"] == m["files"]
+
+
+def test_two_builds_are_byte_identical_and_versions_never_overwritten(built):
+    _, m1, m2 = built
+    assert (m1["version"], m2["version"]) == (1, 2)
+    assert m1["files"] == m2["files"]  # every shard and export: same sha256
+    with pytest.raises(ValueError):
+        check_name("../escape")
+
+
+def test_short_bin_is_reported_not_filled():
+    items = [
+        {
+            "question_id": f"q{i}",
+            "pass_rate": p,
+            "domain": "math",
+            "source": "s",
+            "tool_pattern": "none",
+        }
+        for i, p in enumerate([0.125] * 2 + [0.5] * 50 + [0.875] * 50)
+    ]
+    sel = select(items, SelectConfig(size=100))
+    assert sel.report["short_bins"] == {"hard": {"have": 2, "need": 20}}
+    assert sel.report["selected"]["hard"] == 2 and sel.report["largest_size_meeting_ratios"] == 10
+
+
+def test_bins_generalize_to_any_k():
+    cfg = SelectConfig()
+    assert [difficulty(i / 8, cfg) for i in range(9)] == [
+        None,
+        "hard",
+        "hard",
+        "medium",
+        "medium",
+        "medium",
+        "easy",
+        "easy",
+        None,
+    ]
+    assert [difficulty(i / 4, cfg) for i in range(5)] == [None, "hard", "medium", "easy", None]
+
+
+def test_stratified_sampling_raises_diversity():
+    items = [
+        {
+            "question_id": f"a{i}",
+            "pass_rate": 0.5,
+            "domain": "math",
+            "source": "big",
+            "tool_pattern": "none",
+        }
+        for i in range(90)
+    ]
+    items += [
+        {
+            "question_id": f"b{i}",
+            "pass_rate": 0.5,
+            "domain": "code",
+            "source": "small",
+            "tool_pattern": "multi",
+        }
+        for i in range(10)
+    ]
+    sel = select(items, SelectConfig(targets=(0.0, 1.0, 0.0), size=20))
+    assert sum(r["domain"] == "code" for r in sel.rows) == 10
+    assert sel.report["entropy_after"]["domain"] > sel.report["entropy_before"]["domain"]
+
+
+def test_exports_load_with_hugging_face_datasets(built):
+    datasets = pytest.importorskip("datasets")
+    _, m, _ = built
+    ex = Path(m["path"]) / "exports"
+    verl = datasets.load_dataset("parquet", data_files=str(ex / "verl.parquet"), split="train")
+    row = verl[0]
+    assert set(verl.column_names) == {
+        "data_source",
+        "prompt",
+        "ability",
+        "reward_model",
+        "extra_info",
+    }
+    assert row["reward_model"]["style"] == "rule" and row["prompt"][-1]["role"] == "user"
+    grpo = datasets.load_dataset("parquet", data_files=str(ex / "trl_grpo.parquet"), split="train")
+    assert grpo[0]["prompt"][0]["role"] == "system" and "ground_truth" in grpo.column_names
+    sft = [json.loads(line) for line in (ex / "trl_sft.jsonl").read_text().splitlines()]
+    assert len(sft) == m["sft"]["rows"] and all(
+        msg["role"] in ("system", "user", "assistant", "tool") for r in sft for msg in r["messages"]
+    )
+    with_calls = next(r for r in sft if any(msg.get("tool_calls") for msg in r["messages"]))
+    call = next(msg for msg in with_calls["messages"] if msg.get("tool_calls"))["tool_calls"][0]
+    assert call["type"] == "function" and {"name", "arguments"} <= set(call["function"])
+    lf = datasets.load_dataset(
+        "json", data_files=str(ex / "llamafactory_sharegpt.json"), split="train"
+    )
+    assert lf.num_rows == m["sft"]["rows"] and {"conversations", "system", "tools"} <= set(
+        lf.column_names
+    )
+    info = json.loads((ex / "dataset_info.json").read_text())
+    assert info["shared"]["formatting"] == "sharegpt"

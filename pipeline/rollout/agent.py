@@ -227,6 +227,9 @@ def _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first) -> 
                     }
                 )
                 if c.finish_reason == "length":
+                    # a turn cut by the token limit still runs the tool calls it completed
+                    calls = [x for x in calls if "unterminated" not in x.get("error", "")]
+                if c.finish_reason == "length" and (not calls or _remaining(e, config) <= 0):
                     e.done, e.finish_reason = (
                         True,
                         "max_tokens" if _remaining(e, config) <= 0 else "length",

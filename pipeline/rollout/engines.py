@@ -33,6 +33,13 @@ class Completion:
     finish_reason: str  # stop | length
 
 
+def decode_turn(tokenizer, seq: list[int], stop_id: int) -> str:
+    """Text of a sampled turn: tool-call markers kept even when the tokenizer marks them special
+    (the agent loop parses them); only the stop and padding tokens are dropped."""
+    drop = {stop_id, tokenizer.pad_token_id}
+    return tokenizer.decode([t for t in seq if t not in drop], skip_special_tokens=False)
+
+
 class ScriptedEngine:
     """``script(prompt_text, turn) -> completion text``; the engine appends the stop token."""
 
@@ -126,7 +133,7 @@ class TransformersEngine:
                 else:
                     reason = "length"
                 comps.append(
-                    Completion(seq, self.tokenizer.decode(seq, skip_special_tokens=True), reason)
+                    Completion(seq, decode_turn(self.tokenizer, seq, self.stop_id), reason)
                 )
             result.append(comps)
         return result
@@ -166,6 +173,7 @@ class VLLMEngine:
             top_p=sampling.top_p,
             max_tokens=sampling.max_tokens,
             stop_token_ids=[self.stop_id],  # no per-request seed: vLLM's CPU build cannot offset it
+            skip_special_tokens=False,  # keep <tool_call> markers in the text the loop parses
         )
         outs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False

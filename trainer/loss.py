@@ -1,0 +1,75 @@
+"""GRPO-TCR loss: group advantages, clip-higher, token-level averaging, optional dual-clip, KL
+(k3) and entropy terms. The body reads like the formulas in ../shared/DESIGN.md."""
+
+from __future__ import annotations
+
+import torch
+
+
+def group_advantages(
+    rewards: torch.Tensor, eps: float = 1e-6, std_norm: bool = True
+) -> torch.Tensor:
+    """A_i = (R_i - mean_g R) / (std_g R + eps).  rewards: [G, K] -> [G, K]"""
+    mean = rewards.mean(dim=1, keepdim=True)  # [G, 1]
+    centered = rewards - mean  # [G, K]
+    if not std_norm:
+        return centered
+    std = rewards.std(dim=1, keepdim=True, unbiased=False)  # [G, 1]
+    return centered / (std + eps)
+
+
+def grpo_tcr_loss(
+    logp: torch.Tensor,  # [B, T] log pi_theta of the sampled tokens
+    old_logp: torch.Tensor,  # [B, T] log pi_old (no grad)
+    adv: torch.Tensor,  # [B] one advantage per sequence
+    mask: torch.Tensor,  # [B, T] 1 on policy tokens, 0 on prompt / tool / padding
+    eps_low: float = 0.20,
+    eps_high: float = 0.28,
+    dual_clip: float | None = None,  # c > 1: bound the loss of negative-advantage tokens by c*|A|
+    ref_logp: torch.Tensor | None = None,  # [B, T] reference model, for the KL term
+    beta: float = 0.0,
+    entropy: torch.Tensor | None = None,  # [B, T] true entropy of the policy at each token
+    ent_coef: float = 0.0,
+    n_tokens: float | None = None,  # policy tokens of the whole batch (all accumulation steps)
+) -> tuple[torch.Tensor, dict[str, float]]:
+    mask = mask.to(logp.dtype)
+    n = (
+        mask.sum() if n_tokens is None else torch.as_tensor(n_tokens, dtype=logp.dtype)
+    )  # token-level denominator
+    A = adv[:, None]  # [B, 1] broadcast over the response tokens
+    ratio = torch.exp(logp - old_logp)  # [B, T] r_t
+    unclipped = ratio * A  # [B, T]
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * A  # [B, T] clip-higher
+    l_t = -torch.min(unclipped, clipped)  # [B, T]
+    if dual_clip is not None:
+        l_t = torch.where(A < 0, torch.min(l_t, -dual_clip * A), l_t)  # [B, T]
+    if beta > 0 and ref_logp is not None:
+        log_r = ref_logp - logp  # [B, T]
+        kl = torch.exp(log_r) - log_r - 1  # [B, T] k3 estimator of KL(pi_theta || pi_ref)
+        l_t = l_t + beta * kl
+    else:
+        kl = None
+    if ent_coef and entropy is not None:
+        l_t = l_t - ent_coef * entropy
+    loss = (l_t * mask).sum() / n.clamp(
+        min=1
+    )  # token-level: sum over all policy tokens / their count
+
+    with torch.no_grad():
+        m = mask.bool()
+        low = ((ratio < 1 - eps_low) & (A < 0) & m).sum()  # clipped below (negative advantages)
+        high = ((ratio > 1 + eps_high) & (A > 0) & m).sum()  # clipped above (positive advantages)
+        tok = m.sum().clamp(min=1)
+        metrics = {
+            "loss": loss.item(),
+            "clip_frac_low": (low / tok).item(),
+            "clip_frac_high": (high / tok).item(),
+            "approx_kl": ((old_logp - logp)[m].mean().item() if m.any() else 0.0),  # k1 vs pi_old
+            "ratio_mean": (ratio[m].mean().item() if m.any() else 1.0),
+            "tokens": m.sum().item(),
+        }
+        if kl is not None:
+            metrics["kl_ref"] = kl[m].mean().item()
+        if entropy is not None:
+            metrics["entropy"] = entropy[m].mean().item() if m.any() else 0.0
+    return loss, metrics

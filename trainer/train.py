@@ -1,0 +1,460 @@
+"""A compact GRPO-TCR trainer (cleanrl-style: one config, one loop, the loss inline in loss.py).
+
+Each step: take ``prompts_per_step`` questions from the dataset's RL shards (a seeded,
+resumable cursor), run ``group_size`` episodes each through the same agent loop as labelling
+(with the policy being trained as the engine), score them (composable rewards), compute group
+advantages, optionally drop zero-variance groups and refill (dynamic sampling), recompute
+log pi_old with the current weights, then update on minibatches with the token-level,
+clip-higher loss. Metrics go to ``metrics.jsonl`` (and TensorBoard when installed); checkpoints
+hold model, optimizer, scheduler, RNG states and the data cursor, so a resumed run continues
+exactly where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
+from pipeline.rollout.engines import Completion, Sampling, decode_turn
+from trainer.loss import group_advantages, grpo_tcr_loss
+from trainer.rewards import format_reward, outcome, overlong, tool_bonus
+
+
+@dataclass
+class TrainConfig:
+    model: str  # a local model folder
+    out: str  # run folder: checkpoints, metrics.jsonl, plots
+    dataset: str | None = None  # datasets/<name>/v<N> (its rl/ shards); or pass prompts directly
+    steps: int = 100
+    prompts_per_step: int = 8
+    group_size: int = 8  # K samples per prompt
+    lr: float = 1e-6
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    eps_low: float = 0.20
+    eps_high: float = 0.28
+    eps_high_end: float | None = (
+        None  # linear schedule of eps_high over training (e.g. 0.35 -> 0.25)
+    )
+    dual_clip: float | None = None
+    beta: float = 0.0  # KL to the initial policy (k3); no reference model is loaded at 0
+    ent_coef: float = 0.0
+    entropy_band: tuple[float, float] | None = None  # adjust ent_coef to keep entropy inside
+    minibatches: int = 1  # optimizer steps per rollout batch
+    grad_accum: int = 1  # micro-batches per optimizer step (token-level denominator spans them)
+    max_tokens: int = 256  # per assistant turn
+    agent: AgentConfig = field(
+        default_factory=lambda: AgentConfig(max_turns=1, max_response_tokens=256, sandbox_pool=0)
+    )
+    l_max: int = 256  # overlong shaping
+    l_cache: int = 64
+    use_overlong: bool = True
+    use_tool_bonus: bool = False
+    use_format_reward: bool = False
+    dynamic_sampling: bool = False
+    max_gen_batches: int = 3
+    temperature: float = 1.0
+    seed: int = 0
+    checkpoint_every: int = 0  # 0: only at the end
+    gradient_checkpointing: bool = False
+    log_every: int = 1
+
+
+RewardFn = Callable[[Episode, dict], float]
+
+
+def default_reward(config: TrainConfig) -> RewardFn:
+    def fn(e: Episode, q: dict) -> float:
+        r = outcome(e.final_text, q.get("ground_truth"), q.get("answer_type"))
+        if config.use_overlong:
+            r += overlong(len(e.response_ids), config.l_max, config.l_cache)
+        if config.use_tool_bonus:
+            r += tool_bonus(e.tool_calls, e.tool_errors)
+        if config.use_format_reward:
+            r += format_reward(e.final_text)
+        return r
+
+    return fn
+
+
+class PolicyEngine:
+    """The model being trained, as an agent-loop engine (transformers ``generate``)."""
+
+    name = "policy"
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+        self.stop_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_id
+
+    @torch.no_grad()
+    def generate(
+        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
+    ) -> list[list[Completion]]:
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.tensor(p)
+            att[i, width - len(p) :] = 1
+        was_training = self.model.training
+        self.model.eval()
+        out = self.model.generate(
+            input_ids=ids.to(device),
+            attention_mask=att.to(device),
+            do_sample=True,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_new_tokens=sampling.max_tokens,
+            num_return_sequences=n,
+            eos_token_id=self.stop_id,
+            pad_token_id=self.pad_id,
+        )
+        self.model.train(was_training)
+        res = []
+        for i in range(len(prompts)):
+            group = []
+            for seq in out[i * n : (i + 1) * n, width:].tolist():
+                reason = "length"
+                if self.stop_id in seq:
+                    seq, reason = seq[: seq.index(self.stop_id) + 1], "stop"
+                group.append(
+                    Completion(seq, decode_turn(self.tokenizer, seq, self.stop_id), reason)
+                )
+            res.append(group)
+        return res
+
+
+def token_logprobs(
+    model, ids: torch.Tensor, attn: torch.Tensor, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(token_t | tokens_<t) for t >= 1 (and the true entropy of each next-token distribution).
+    ids, attn: [B, T] -> [B, T-1]"""
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [B, T-1, V]
+    logp_all = torch.log_softmax(logits, dim=-1)  # [B, T-1, V]
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # [B, T-1]
+    return logp, ent
+
+
+def _batch(episodes: list[Episode], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids [B, T], attention [B, T], loss mask over predicted tokens [B, T-1] (policy tokens only)."""
+    seqs = [e.prompt_ids + e.response_ids for e in episodes]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.float32)
+    for i, (s, e) in enumerate(zip(seqs, episodes, strict=True)):
+        ids[i, : len(s)] = torch.tensor(s)
+        attn[i, : len(s)] = 1
+        mask[i, len(e.prompt_ids) : len(s)] = torch.tensor(e.mask, dtype=torch.float32)
+    return ids, attn, mask[:, 1:]
+
+
+class Prompts:
+    """A seeded, epoch-shuffled stream of questions with a resumable cursor."""
+
+    def __init__(self, rows: list[dict], seed: int):
+        self.rows, self.seed, self.cursor = rows, seed, 0
+
+    def take(self, n: int) -> list[dict]:
+        out = []
+        for _ in range(n):
+            epoch, pos = divmod(self.cursor, len(self.rows))
+            order = list(range(len(self.rows)))
+            random.Random(self.seed + epoch).shuffle(order)
+            out.append(self.rows[order[pos]])
+            self.cursor += 1
+        return out
+
+
+def load_prompts(dataset: str) -> list[dict]:
+    import pyarrow.dataset as pads
+
+    return pads.dataset(str(Path(dataset) / "rl"), format="parquet").to_table().to_pylist()
+
+
+def _lr_lambda(warmup: int):
+    return lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+
+
+def _rng_state() -> dict:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def _set_rng_state(s: dict) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+
+
+def train(
+    config: TrainConfig,
+    prompts: list[dict] | None = None,
+    reward_fn: RewardFn | None = None,
+    on_step: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Run (or resume) training; returns the metrics of the steps run now."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    latest = out / "checkpoint-latest"
+    resume = (latest / "trainer_state.pt").exists()
+    random.seed(config.seed)
+    np.random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    src = str(latest) if resume else config.model
+    tokenizer = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.train()
+    ref = None
+    if config.beta > 0:
+        ref = (
+            AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
+            .to(device)
+            .eval()
+        )
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(config.warmup_steps))
+    rows = prompts if prompts is not None else load_prompts(config.dataset)
+    stream = Prompts(rows, config.seed)
+    start, ent_coef = 0, config.ent_coef
+    if resume:
+        state = torch.load(latest / "trainer_state.pt", weights_only=False)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        _set_rng_state(state["rng"])
+        stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
+    reward_fn = reward_fn or default_reward(config)
+    engine = PolicyEngine(model, tokenizer)
+    pad = engine.pad_id
+    writer = _tensorboard(out)
+    history = []
+    for step in range(start, config.steps):
+        t0 = time.perf_counter()
+        frac = step / max(1, config.steps - 1)
+        eps_high = (
+            config.eps_high
+            if config.eps_high_end is None
+            else config.eps_high + (config.eps_high_end - config.eps_high) * frac
+        )
+        # ---- rollouts (with dynamic sampling) ----------------------------------------------
+        groups: list[tuple[dict, list[Episode], torch.Tensor]] = []
+        zero_var = gen_batches = 0
+        while len(groups) < config.prompts_per_step and gen_batches < (
+            config.max_gen_batches if config.dynamic_sampling else 1
+        ):
+            qs = stream.take(config.prompts_per_step - len(groups))
+            eps = run_episodes(
+                engine,
+                tokenizer,
+                [(q.get("question_id", str(i)), q["question"]) for i, q in enumerate(qs)],
+                config.group_size,
+                config.agent,
+                Sampling(config.temperature, 1.0, config.max_tokens, config.seed + step),
+            )
+            gen_batches += 1
+            for i, q in enumerate(qs):
+                ge = eps[i * config.group_size : (i + 1) * config.group_size]
+                r = torch.tensor([reward_fn(e, q) for e in ge], dtype=torch.float32)
+                if r.std(unbiased=False) == 0:
+                    zero_var += 1
+                    if config.dynamic_sampling:
+                        continue
+                groups.append((q, ge, r))
+        if not groups:
+            history.append(
+                m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
+            )
+            continue
+        rewards = torch.stack([g[2] for g in groups])  # [G, K]
+        adv = group_advantages(rewards).flatten()  # [G*K]
+        episodes = [e for g in groups for e in g[1]]
+        ids, attn, mask = _batch(episodes, pad)
+        ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
+        with torch.no_grad():
+            old_logp, _ = token_logprobs(model, ids, attn)  # pi_old, recomputed by the trainer
+            ref_logp = token_logprobs(ref, ids, attn)[0] if ref is not None else None
+        # ---- update ----------------------------------------------------------------------
+        order = torch.randperm(len(episodes))
+        mb_metrics = []
+        for mb in order.chunk(config.minibatches):
+            n_tokens = mask[mb].sum().item()
+            opt.zero_grad()
+            for micro in mb.chunk(config.grad_accum):
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
+                    logp, ent = token_logprobs(model, ids[micro], attn[micro], with_entropy=True)
+                loss, lm = grpo_tcr_loss(
+                    logp,
+                    old_logp[micro],
+                    adv[micro].to(device),
+                    mask[micro],
+                    config.eps_low,
+                    eps_high,
+                    config.dual_clip,
+                    ref_logp[micro] if ref_logp is not None else None,
+                    config.beta,
+                    ent,
+                    ent_coef,
+                    n_tokens=n_tokens,
+                )
+                loss.backward()
+                mb_metrics.append(lm)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            opt.step()
+            sched.step()
+        entropy = float(np.mean([x["entropy"] for x in mb_metrics]))
+        if config.entropy_band is not None:  # keep entropy inside the band by adjusting its bonus
+            lo, hi = config.entropy_band
+            ent_coef = (
+                ent_coef * 1.5 + 1e-4
+                if entropy < lo
+                else ent_coef / 1.5
+                if entropy > hi
+                else ent_coef
+            )
+        dt = time.perf_counter() - t0
+        n_tok = sum(len(e.response_ids) for e in episodes)
+        m = {
+            "step": step + 1,
+            "reward_mean": rewards.mean().item(),
+            "reward_std": rewards.std(unbiased=False).item(),
+            "accuracy": float(np.mean([r > 0 for r in rewards.flatten().tolist()])),
+            "entropy": entropy,
+            "clip_frac_low": float(np.mean([x["clip_frac_low"] for x in mb_metrics])),
+            "clip_frac_high": float(np.mean([x["clip_frac_high"] for x in mb_metrics])),
+            "approx_kl": float(np.mean([x["approx_kl"] for x in mb_metrics])),
+            "response_len": n_tok / len(episodes),
+            "tool_calls": float(np.mean([e.tool_calls for e in episodes])),
+            "tool_errors": float(np.mean([e.tool_errors for e in episodes])),
+            "overlong_frac": float(
+                np.mean([len(e.response_ids) > config.l_max - config.l_cache for e in episodes])
+            ),
+            "zero_var_frac": zero_var / max(1, zero_var + len(groups)),
+            "eps_high": eps_high,
+            "ent_coef": ent_coef,
+            "lr": sched.get_last_lr()[0],
+            "step_time": dt,
+            "tokens_per_s": n_tok / dt,
+        }
+        m["warnings"] = _warnings(m, history, tokenizer)
+        history.append(m)
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+        if writer is not None:
+            for k, v in m.items():
+                if isinstance(v, float):
+                    writer.add_scalar(k, v, step + 1)
+        if on_step:
+            on_step(m)
+        if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+            _checkpoint(latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config)
+    _checkpoint(
+        latest,
+        model,
+        tokenizer,
+        opt,
+        sched,
+        stream,
+        config.steps if history else start,
+        ent_coef,
+        config,
+    )
+    _plot(out)
+    return history
+
+
+def _warnings(m: dict, history: list[dict], tokenizer) -> list[str]:
+    w = []
+    if m["entropy"] < 0.05:
+        w.append("entropy collapsed (< 0.05)")
+    if m["entropy"] > 0.9 * math.log(len(tokenizer)):
+        w.append("entropy near uniform: exploding")
+    prev = [h.get("tool_calls", 0) for h in history[-5:]]
+    if prev and max(prev) > 0.2 and m["tool_calls"] == 0:
+        w.append("tool calls vanished")
+    return w
+
+
+def _checkpoint(
+    path: Path,
+    model,
+    tokenizer,
+    opt,
+    sched,
+    stream: Prompts,
+    step: int,
+    ent_coef: float,
+    config: TrainConfig,
+) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save(
+        {
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "rng": _rng_state(),
+            "cursor": stream.cursor,
+            "step": step,
+            "ent_coef": ent_coef,
+            "config": asdict(config),
+        },
+        tmp / "trainer_state.pt",
+    )
+    if path.exists():
+        import shutil
+
+        shutil.rmtree(path)
+    tmp.rename(path)
+
+
+def _tensorboard(out: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out / "tb"))
+
+
+def _plot(out: Path) -> None:
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if "reward_mean" in r]
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ["reward_mean", "accuracy", "entropy", "clip_frac_high", "approx_kl", "response_len"]
+    fig, axes = plt.subplots(2, 3, figsize=(12, 6))
+    for ax, k in zip(axes.flat, keys, strict=True):
+        ax.plot([r["step"] for r in rows], [r[k] for r in rows])
+        ax.set_title(k)
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=90)
+    plt.close(fig)

@@ -407,6 +407,72 @@ def build(
 
 
 @app.command()
+def train(
+    dataset: Annotated[
+        str, typer.Option(help="A published dataset folder: <lake>/datasets/<name>/v<N>.")
+    ],
+    model: Annotated[str, typer.Option(help="The SFT policy's model folder.")],
+    out: Annotated[
+        str,
+        typer.Option(help="Run folder (checkpoints, metrics.jsonl, curves.png); rerun to resume."),
+    ] = "runs/grpo-tcr",
+    steps: int = 100,
+    prompts_per_step: int = 8,
+    group_size: int = 8,
+    lr: float = 1e-6,
+    max_tokens: int = 256,
+) -> None:
+    """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
+    from flows.train import train_flow
+
+    if not (Path(dataset) / "rl").is_dir():
+        raise typer.BadParameter(
+            f"{dataset} has no rl/ shards (build one with `flow build`)", param_hint="--dataset"
+        )
+    out_ = train_flow(
+        dataset=dataset,
+        model=model,
+        out=out,
+        steps=steps,
+        prompts_per_step=prompts_per_step,
+        group_size=group_size,
+        lr=lr,
+        max_tokens=max_tokens,
+    )
+    console.print(f"trained {out_['steps']} steps; last: {out_['last']}; curves: {out}/curves.png")
+
+
+@app.command(name="eval")
+def eval_(
+    model: Annotated[str, typer.Option(help="Model folder.")],
+    lake: LakeOpt = None,
+    eval_set: Annotated[
+        str, typer.Option(help="A dataset of the lake's questions (e.g. aime2024, math500).")
+    ] = "math500",
+    k: int = 4,
+    limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = 50,
+    backend: str = "auto",
+    max_tokens: int = 512,
+) -> None:
+    """average@k, maj@k and pass@k of MODEL on an evaluation set, through the agent loop."""
+    from pipeline.evaluate import evaluate
+    from pipeline.query import query as run_query
+    from pipeline.rollout.engines import Sampling, make_engine
+
+    qs = run_query(
+        Lake(lake),
+        f"SELECT question_id, question, ground_truth, answer_type FROM valid_questions WHERE dataset = '{eval_set.replace(chr(39), '')}' ORDER BY question_id",
+    ).to_pylist()[:limit]
+    if not qs:
+        err.print(f"[red]no questions[/red] for dataset {eval_set!r} in the lake")
+        raise typer.Exit(1)
+    result = evaluate(
+        make_engine(model, backend), qs, k=k, sampling=Sampling(max_tokens=max_tokens)
+    )
+    print_rows([result])
+
+
+@app.command()
 def query(
     sql: Annotated[
         str,

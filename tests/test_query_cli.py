@@ -103,7 +103,7 @@ def test_cli_ingest_query_json_and_show(tmp_path, shared):
     assert res.exit_code == 2 and "unknown format" in res.output
 
 
-def test_flow_run_on_demo_defaults(tmp_path, monkeypatch):
+def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FLOW_LAKE", raising=False)
     res = runner.invoke(app, ["run"])

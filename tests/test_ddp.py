@@ -1,0 +1,78 @@
+"""DDP with 2 gloo processes gives the same update as 1 process on the same batch."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from trainer.train import TrainConfig, update
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 300, (4, 12), generator=g)
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(4, 11)
+    for i, n in enumerate([3, 7, 5, 9]):  # different lengths: the token-level denominator matters
+        mask[i, 11 - n :] = 1
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    return ids, attn, mask, adv
+
+
+def _step(model, ids, attn, mask, adv):
+    from trainer.train import token_logprobs
+
+    with torch.no_grad():
+        old, _ = token_logprobs(model, ids, attn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    update(
+        model,
+        opt,
+        ids,
+        attn,
+        mask,
+        old - 0.1 * adv[:, None],
+        adv,
+        None,
+        TrainConfig(model="-", out="-", grad_clip=1e9),
+        0.28,
+        0.0,
+    )
+
+
+def _worker(rank: int, model_dir: str, out: str, port: int) -> None:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from transformers import AutoModelForCausalLM
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ddp = DDP(model)
+    ids, attn, mask, adv = _batch()
+    half = slice(rank * 2, rank * 2 + 2)
+    _step(ddp, ids[half], attn[half], mask[half], adv[half])
+    if rank == 0:
+        torch.save(model.state_dict(), out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_two_gloo_processes_equal_one(tiny_model, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    ids, attn, mask, adv = _batch()
+    _step(model, ids, attn, mask, adv)
+    single = model.state_dict()
+    out = str(tmp_path / "ddp.pt")
+    mp.spawn(_worker, args=(tiny_model, out, 29500 + os.getpid() % 1000), nprocs=2, join=True)
+    ddp = torch.load(out)
+    before = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).state_dict()
+    changed = [k for k in single if not torch.allclose(single[k], before[k])]
+    assert changed  # the step did something
+    for k in single:
+        assert torch.allclose(single[k], ddp[k], atol=1e-5), k

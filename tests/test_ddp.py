@@ -76,3 +76,54 @@ def test_two_gloo_processes_equal_one(tiny_model, tmp_path):
     assert changed  # the step did something
     for k in single:
         assert torch.allclose(single[k], ddp[k], atol=1e-5), k
+
+
+def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ds = tmp_path / "datasets/toy/v1/rl"
+    ds.mkdir(parents=True)
+    rows = [
+        {
+            "question_id": f"q{i}",
+            "question": f"What is {i} + 1?",
+            "ground_truth": str(i + 1),
+            "answer_type": "integer",
+        }
+        for i in range(8)
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), ds / "part-00000.parquet")
+    out = tmp_path / "run"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(29600 + os.getpid() % 300),
+        "-m",
+        "trainer",
+        "--dataset",
+        str(ds.parent),
+        "--model",
+        tiny_model,
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--group-size",
+        "2",
+        "--max-tokens",
+        "8",
+    ]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2  # one logger (rank 0)
+    assert (out / "checkpoint-latest/trainer_state.pt").exists()

@@ -279,6 +279,12 @@ def train(
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
+    world, rank = _init_distributed(device)
+    trained = model
+    if world > 1:  # torchrun: each rank samples its own prompts; gradients are all-reduced
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        trained = DDP(model)
     ref = None
     if config.beta > 0:
         ref = (
@@ -289,7 +295,7 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(config.warmup_steps))
     rows = prompts if prompts is not None else load_prompts(config.dataset)
-    stream = Prompts(rows, config.seed)
+    stream = Prompts(rows, config.seed + 1_000_003 * rank)
     start, ent_coef = 0, config.ent_coef
     if resume:
         state = torch.load(latest / "trainer_state.pt", weights_only=False)
@@ -358,7 +364,7 @@ def train(
         mb_metrics = []
         for mb in order.chunk(config.minibatches):
             mb_metrics += update(
-                model,
+                trained,
                 opt,
                 ids[mb],
                 attn[mb],
@@ -409,29 +415,48 @@ def train(
         }
         m["warnings"] = _warnings(m, history, tokenizer)
         history.append(m)
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(m) + "\n")
-        if writer is not None:
+        if rank == 0:  # one logger: rank 0's metrics (its share of the batch)
+            with open(out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(m) + "\n")
+        if writer is not None and rank == 0:
             for k, v in m.items():
                 if isinstance(v, float):
                     writer.add_scalar(k, v, step + 1)
         if on_step:
             on_step(m)
-        if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+        if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and rank == 0:
             _checkpoint(latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config)
-    _checkpoint(
-        latest,
-        model,
-        tokenizer,
-        opt,
-        sched,
-        stream,
-        config.steps if history else start,
-        ent_coef,
-        config,
-    )
-    _plot(out)
+    if rank == 0:
+        _checkpoint(
+            latest,
+            model,
+            tokenizer,
+            opt,
+            sched,
+            stream,
+            config.steps if history else start,
+            ent_coef,
+            config,
+        )
+        _plot(out)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     return history
+
+
+def _init_distributed(device: str) -> tuple[int, int]:
+    """(world size, rank); initializes the process group when launched by torchrun."""
+    import os
+
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")
+    return world, (dist.get_rank() if world > 1 else 0)
 
 
 def _warnings(m: dict, history: list[dict], tokenizer) -> list[str]:

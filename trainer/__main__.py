@@ -1,0 +1,39 @@
+"""``torchrun --nproc_per_node N -m trainer --dataset D --model M --out O [...]``: the same
+GRPO-TCR loop on N processes (DDP; gloo on CPU, nccl on GPU)."""
+
+from __future__ import annotations
+
+import argparse
+
+from trainer.train import TrainConfig, train
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m trainer")
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--prompts-per-step", type=int, default=8)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--rollout-backend", default="transformers", choices=["transformers", "vllm"])
+    a = ap.parse_args()
+    train(
+        TrainConfig(
+            model=a.model,
+            dataset=a.dataset,
+            out=a.out,
+            steps=a.steps,
+            prompts_per_step=a.prompts_per_step,
+            group_size=a.group_size,
+            lr=a.lr,
+            max_tokens=a.max_tokens,
+            rollout_backend=a.rollout_backend,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -138,14 +138,34 @@ class PolicyEngine:
 
 
 def token_logprobs(
-    model, ids: torch.Tensor, attn: torch.Tensor, with_entropy: bool = False
+    model,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    with_entropy: bool = False,
+    keep: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(token_t | tokens_<t) for t >= 1 (and the true entropy of each next-token distribution).
-    ids, attn: [B, T] -> [B, T-1]"""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [B, T-1, V]
-    logp_all = torch.log_softmax(logits, dim=-1)  # [B, T-1, V]
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)  # [B, T-1]
-    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # [B, T-1]
+    """log p(token_t | tokens_<t) for t >= 1, and the true entropy of each next-token
+    distribution. ids, attn: [B, T] -> [B, T-1]. With ``keep``, logits are computed for the last
+    ``keep`` positions only (the responses; prompt positions get 0), which saves the vocabulary
+    projection over long agent prompts."""
+    T = ids.shape[1]
+    if keep is None or keep >= T - 1:
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [B, T-1, V]
+        targets = ids[:, 1:]  # [B, T-1]
+    else:
+        logits = (
+            model(input_ids=ids, attention_mask=attn, logits_to_keep=keep + 1)
+            .logits[:, :-1]
+            .float()
+        )  # [B, keep, V]
+        targets = ids[:, T - keep :]  # [B, keep]
+    logp_all = torch.log_softmax(logits, dim=-1)  # [B, K, V]
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, K]
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # [B, K]
+    if logp.shape[1] < T - 1:  # left-pad the prompt positions back to [B, T-1]
+        pad = T - 1 - logp.shape[1]
+        logp = torch.nn.functional.pad(logp, (pad, 0))
+        ent = torch.nn.functional.pad(ent, (pad, 0)) if ent is not None else None
     return logp, ent
 
 
@@ -198,6 +218,7 @@ def update(
     config: TrainConfig,
     eps_high: float,
     ent_coef: float,
+    keep: int | None = None,
 ) -> list[dict]:
     """One optimizer step on a minibatch, in ``grad_accum`` micro-batches.
 
@@ -216,7 +237,7 @@ def update(
     device_type = "cuda" if ids.is_cuda else "cpu"
     for micro in torch.arange(len(ids)).chunk(config.grad_accum):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device_type == "cuda"):
-            logp, ent = token_logprobs(model, ids[micro], attn[micro], with_entropy=True)
+            logp, ent = token_logprobs(model, ids[micro], attn[micro], with_entropy=True, keep=keep)
         loss, lm = grpo_tcr_loss(
             logp,
             old_logp[micro],
@@ -357,8 +378,13 @@ def train(
         ids, attn, mask = _batch(episodes, pad)
         ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
         with torch.no_grad():
-            old_logp, _ = token_logprobs(model, ids, attn)  # pi_old, recomputed by the trainer
-            ref_logp = token_logprobs(ref, ids, attn)[0] if ref is not None else None
+            keep = ids.shape[1] - min(
+                len(e.prompt_ids) for e in episodes
+            )  # response positions only
+            old_logp, _ = token_logprobs(
+                model, ids, attn, keep=keep
+            )  # pi_old, recomputed by the trainer
+            ref_logp = token_logprobs(ref, ids, attn, keep=keep)[0] if ref is not None else None
         # ---- update ----------------------------------------------------------------------
         order = torch.randperm(len(episodes))
         mb_metrics = []
@@ -375,6 +401,7 @@ def train(
                 config,
                 eps_high,
                 ent_coef,
+                keep,
             )
             sched.step()
         if engine is not policy:  # the colocated engine samples the next step from the new weights

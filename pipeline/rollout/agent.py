@@ -47,7 +47,8 @@ class AgentConfig:
     max_response_tokens: int = 1024
     max_tool_chars: int = 1000
     tool_format: str = "hermes"  # hermes | python_block | both
-    system_prompt: str = SYSTEM
+    system_prompt: str | None = SYSTEM  # None: no system message
+    declare_tools: bool = True  # render the python tool's schema into the prompt
     sandbox: SandboxConfig = field(
         default_factory=lambda: SandboxConfig(wall_seconds=10, cpu_seconds=5)
     )
@@ -149,12 +150,15 @@ def start_episodes(
 ) -> list[Episode]:
     episodes = []
     for qid, question in questions:
-        messages = [
-            {"role": "system", "content": config.system_prompt},
-            {"role": "user", "content": question},
-        ]
+        messages = (
+            [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
+        )
+        messages.append({"role": "user", "content": question})
         prompt = tokenizer.apply_chat_template(
-            messages, tools=[PYTHON_TOOL], tokenize=False, add_generation_prompt=True
+            messages,
+            tools=[PYTHON_TOOL] if config.declare_tools else None,
+            tokenize=False,
+            add_generation_prompt=True,
         )
         ids = tokenizer(prompt, add_special_tokens=False).input_ids
         episodes += [Episode(qid, s, ids, messages=list(messages)) for s in range(k)]

@@ -440,6 +440,10 @@ def train(
         max_tokens=max_tokens,
     )
     console.print(f"trained {out_['steps']} steps; last: {out_['last']}; curves: {out}/curves.png")
+    if out_["eval_before"]:
+        console.print(
+            f"evaluation before: {out_['eval_before']}\nevaluation after:  {out_['eval_after']}"
+        )
 
 
 @app.command(name="eval")

@@ -16,6 +16,16 @@ def train_task(config: TrainConfig) -> list[dict]:
     return train(config, on_step=lambda m: report("train", m))
 
 
+@task(name="evaluate", cache_policy=NO_CACHE)
+def eval_task(model: str, questions: list[dict], k: int, max_tokens: int) -> dict:
+    from pipeline.evaluate import evaluate
+    from pipeline.rollout.engines import Sampling, make_engine
+
+    return evaluate(
+        make_engine(model, "transformers"), questions, k=k, sampling=Sampling(max_tokens=max_tokens)
+    )
+
+
 @flow(name="train")
 def train_flow(
     dataset: str,
@@ -26,8 +36,11 @@ def train_flow(
     group_size: int = 8,
     lr: float = 1e-6,
     max_tokens: int = 256,
+    eval_questions: list[dict] | None = None,
+    eval_k: int = 4,
 ) -> dict:
-    """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``."""
+    """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``; with
+    held-out ``eval_questions``, average@k / maj@k / pass@k before and after training."""
     config = TrainConfig(
         model=model,
         dataset=dataset,
@@ -38,7 +51,13 @@ def train_flow(
         lr=lr,
         max_tokens=max_tokens,
     )
+    before = eval_task(model, eval_questions, eval_k, max_tokens) if eval_questions else None
     history = train_task(config)
+    after = (
+        eval_task(f"{out}/checkpoint-latest", eval_questions, eval_k, max_tokens)
+        if eval_questions
+        else None
+    )
     done = [h for h in history if "reward_mean" in h]
     lines = [
         "# Training",
@@ -52,7 +71,20 @@ def train_flow(
         f"| {h['step']} | {h['reward_mean']:.3f} | {h['accuracy']:.3f} | {h['entropy']:.3f} | {h['clip_frac_high']:.3f} | {h['approx_kl']:.4f} | {h['tokens_per_s']:.0f} |"
         for h in done[:: max(1, len(done) // 20)]
     ]
+    if before is not None:
+        names = [k for k in before if "@" in k]
+        lines += ["", "| evaluation | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        lines += [
+            f"| {tag} | " + " | ".join(f"{r[k]:.3f}" for k in names) + " |"
+            for tag, r in (("before", before), ("after", after))
+        ]
     create_markdown_artifact(
         key="training", markdown="\n".join(lines), description=f"GRPO-TCR on {dataset}"
     )
-    return {"out": out, "steps": len(done), "last": done[-1] if done else None}
+    return {
+        "out": out,
+        "steps": len(done),
+        "last": done[-1] if done else None,
+        "eval_before": before,
+        "eval_after": after,
+    }

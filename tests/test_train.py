@@ -173,3 +173,29 @@ def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_pat
         pad_token_id=eng.tokenizer.pad_token_id,
     )[0, len(prompt) :].tolist()
     assert got[: len(ref)] == ref[: len(got)]
+
+
+def test_dynamic_sampling_drops_zero_variance_groups_and_refills(small_model, tmp_path):
+    seen_groups = []
+
+    def reward(e, q):  # only even-numbered prompts have reward variance
+        seen_groups.append(q["question_id"])
+        return float(e.sample % 2) if int(q["question_id"][1:]) % 2 == 0 else 0.5
+
+    cfg = TrainConfig(
+        model=small_model,
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=4,
+        group_size=4,
+        lr=1e-3,
+        max_tokens=8,
+        agent=AgentConfig(max_turns=1, max_response_tokens=8, sandbox_pool=0),
+        use_overlong=False,
+        dynamic_sampling=True,
+        max_gen_batches=3,
+    )
+    hist = train(cfg, PROMPTS, reward)
+    assert all(0 < h["zero_var_frac"] < 1 for h in hist)
+    assert all(h["reward_std"] > 0 for h in hist)  # the kept groups all carry signal
+    assert len(set(seen_groups)) > 4  # refilled from further prompts

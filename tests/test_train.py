@@ -57,6 +57,7 @@ def test_mean_reward_rises_on_a_dense_reward(small_model, tmp_path):
         "zero_var_frac",
     } <= set(rows[0])
     assert (tmp_path / "run/curves.png").exists()
+    assert list((tmp_path / "run/tb").glob("events.out.tfevents.*"))  # TensorBoard scalars
 
 
 def test_policy_learns_to_call_tools_through_the_agent_loop(small_model, tmp_path):

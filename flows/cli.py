@@ -12,6 +12,8 @@ from typing import Annotated, Any
 # Prefect reads these at import: no telemetry (no network here), quiet logs under a progress bar.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# The first start of the local server migrates a fresh database: allow it more than the 20 s default.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 import orjson  # noqa: E402
 import typer  # noqa: E402
@@ -599,5 +601,21 @@ def run(
     )
 
 
+def main() -> None:
+    """The console script: the CLI, with a clear message when Prefect's local server cannot start."""
+    try:
+        app()
+    except RuntimeError as e:
+        if "ephemeral Prefect API server" not in str(e):
+            raise
+        home = os.environ.get("PREFECT_HOME", "~/.prefect")
+        err.print(
+            f"[red]error:[/red] Prefect's local server did not start ({e}).\n"
+            f"Its database lives in {home}; one written by another Prefect version cannot be migrated back. "
+            "Point PREFECT_HOME at a fresh folder (e.g. export PREFECT_HOME=$PWD/.prefect) or move the old one away."
+        )
+        raise SystemExit(1) from None
+
+
 if __name__ == "__main__":
-    app()
+    main()

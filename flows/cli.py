@@ -423,6 +423,12 @@ def train(
     group_size: int = 8,
     lr: float = 1e-6,
     max_tokens: int = 256,
+    eval_set: Annotated[
+        str | None,
+        typer.Option(help="Evaluate before and after on this lake dataset (e.g. aime2024)."),
+    ] = None,
+    eval_limit: int = 20,
+    lake: LakeOpt = None,
 ) -> None:
     """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
     from flows.train import train_flow
@@ -431,7 +437,13 @@ def train(
         raise typer.BadParameter(
             f"{dataset} has no rl/ shards (build one with `flow build`)", param_hint="--dataset"
         )
+    held_out = eval_questions(lake, eval_set, eval_limit) if eval_set else None
+    if eval_set and not held_out:
+        raise typer.BadParameter(
+            f"no questions for dataset {eval_set!r} in the lake", param_hint="--eval-set"
+        )
     out_ = train_flow(
+        eval_questions=held_out,
         dataset=dataset,
         model=model,
         out=out,
@@ -449,6 +461,14 @@ def train(
 
 
 @app.command(name="eval")
+def eval_questions(lake: str | None, dataset: str, limit: int | None) -> list[dict]:
+    """Held-out questions of one lake dataset (e.g. aime2024), in a stable order."""
+    from pipeline.query import query as run_query
+
+    sql = "SELECT question_id, question, ground_truth, answer_type FROM valid_questions WHERE dataset = '{}' ORDER BY question_id"
+    return run_query(Lake(lake), sql.format(dataset.replace("'", ""))).to_pylist()[:limit]
+
+
 def eval_(
     model: Annotated[str, typer.Option(help="Model folder.")],
     lake: LakeOpt = None,
@@ -462,13 +482,9 @@ def eval_(
 ) -> None:
     """average@k, maj@k and pass@k of MODEL on an evaluation set, through the agent loop."""
     from pipeline.evaluate import evaluate
-    from pipeline.query import query as run_query
     from pipeline.rollout.engines import Sampling, make_engine
 
-    qs = run_query(
-        Lake(lake),
-        f"SELECT question_id, question, ground_truth, answer_type FROM valid_questions WHERE dataset = '{eval_set.replace(chr(39), '')}' ORDER BY question_id",
-    ).to_pylist()[:limit]
+    qs = eval_questions(lake, eval_set, limit)
     if not qs:
         err.print(f"[red]no questions[/red] for dataset {eval_set!r} in the lake")
         raise typer.Exit(1)

@@ -151,6 +151,31 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
         "records read 0 = accepted 0 + quarantined 0" in again.output
         and "unchanged 6" in again.output
     )
+    assert "dataset demo v2" in again.output  # a rerun publishes a new version, never overwrites v1
+    # the pipeline ends in training: flow train on the published dataset, resumable, evaluated
+    args = [
+        "train",
+        "--dataset",
+        "data/lake/datasets/demo/v1",
+        "--model",
+        tiny_model,
+        "--out",
+        "run",
+    ]
+    args += ["--prompts-per-step", "2", "--group-size", "4", "--max-tokens", "8"]
+    res = runner.invoke(app, [*args, "--steps", "2"])
+    assert res.exit_code == 0, res.output
+    metrics = tmp_path / "run/metrics.jsonl"
+    assert len(metrics.read_text().splitlines()) == 2
+    assert (tmp_path / "run/checkpoint-latest/trainer_state.pt").exists()
+    res = runner.invoke(
+        app, [*args, "--steps", "3", "--eval-set", "demo_math", "--eval-limit", "3"]
+    )
+    assert res.exit_code == 0, res.output
+    assert len(metrics.read_text().splitlines()) == 3  # resumed at step 2: one more step
+    assert "evaluation before" in res.output and "pass@4" in res.output
+    res = runner.invoke(app, [*args, "--steps", "3", "--eval-set", "no_such_set"])
+    assert res.exit_code == 2 and "no questions" in res.output
 
 
 def test_demo_corpus_is_deterministic(tmp_path):

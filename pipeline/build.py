@@ -21,14 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import exports
-from pipeline.lake import Lake
+from pipeline.lake import PARQUET_OPTIONS, Lake
 from pipeline.profile import SFTConfig, features, keep_for_sft
 from pipeline.query import query
 from pipeline.select import SelectConfig, entropy, select
 from schemas import SCHEMA_VERSION
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-PARQUET = {"compression": "zstd", "compression_level": 3}
 
 
 @dataclass
@@ -86,7 +85,7 @@ def _shards(rows: list[dict], schema: pa.Schema | None, shard_rows: int) -> list
             else (schema.empty_table() if schema else pa.table({}))
         )
         buf = pa.BufferOutputStream()
-        pq.write_table(table, buf, **PARQUET)
+        pq.write_table(table, buf, **PARQUET_OPTIONS)
         out.append(buf.getvalue().to_pybytes())
     return out
 

@@ -23,9 +23,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.lake import PARQUET_OPTIONS
 from pipeline.rollout.agent import SYSTEM
-
-PARQUET = {"compression": "zstd", "compression_level": 3}
 
 
 def _openai_message(m: dict) -> dict:
@@ -60,7 +59,7 @@ def _prompt(q: dict) -> list[dict]:
 
 def _parquet(table: pa.Table) -> bytes:
     buf = io.BytesIO()
-    pq.write_table(table, buf, **PARQUET)
+    pq.write_table(table, buf, **PARQUET_OPTIONS)
     return buf.getvalue()
 
 

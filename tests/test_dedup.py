@@ -249,8 +249,32 @@ def test_same_input_same_clusters_and_incremental_equals_full(tmp_path, shared):
         assert table(full, name) == table(again, name) == table(inc, name)
 
 
+class UnionFind:
+    """The textbook union-find, as an oracle for the scipy connected components."""
+
+    def __init__(self, n: int):
+        self.parent = np.arange(n)
+
+    def find(self, x: int) -> int:
+        p = self.parent
+        root = x
+        while p[root] != root:
+            root = p[root]
+        while p[x] != root:  # path compression
+            p[x], x = root, p[x]
+        return int(root)
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def labels(self) -> np.ndarray:
+        return np.array([self.find(i) for i in range(len(self.parent))])
+
+
 def test_connected_components_equal_union_find():
-    from pipeline.dedup.clusters import UnionFind, clusters
+    from pipeline.dedup.clusters import clusters
 
     rng = np.random.default_rng(0)
     pairs = np.sort(rng.integers(0, 500, (400, 2)), axis=1)

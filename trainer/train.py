@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
-from pipeline.rollout.engines import Completion, Sampling, decode_turn
+from pipeline.rollout.engines import Sampling, TransformersEngine
 from trainer.loss import group_advantages, grpo_tcr_loss
 from trainer.rewards import format_reward, outcome, overlong, tool_bonus
 
@@ -86,55 +86,6 @@ def default_reward(config: TrainConfig) -> RewardFn:
         return r
 
     return fn
-
-
-class PolicyEngine:
-    """The model being trained, as an agent-loop engine (transformers ``generate``)."""
-
-    name = "policy"
-
-    def __init__(self, model, tokenizer):
-        self.model, self.tokenizer = model, tokenizer
-        self.stop_id = tokenizer.eos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_id
-
-    @torch.no_grad()
-    def generate(
-        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
-    ) -> list[list[Completion]]:
-        device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        att = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p)
-            att[i, width - len(p) :] = 1
-        was_training = self.model.training
-        self.model.eval()
-        out = self.model.generate(
-            input_ids=ids.to(device),
-            attention_mask=att.to(device),
-            do_sample=True,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            max_new_tokens=sampling.max_tokens,
-            num_return_sequences=n,
-            eos_token_id=self.stop_id,
-            pad_token_id=self.pad_id,
-        )
-        self.model.train(was_training)
-        res = []
-        for i in range(len(prompts)):
-            group = []
-            for seq in out[i * n : (i + 1) * n, width:].tolist():
-                reason = "length"
-                if self.stop_id in seq:
-                    seq, reason = seq[: seq.index(self.stop_id) + 1], "stop"
-                group.append(
-                    Completion(seq, decode_turn(self.tokenizer, seq, self.stop_id), reason)
-                )
-            res.append(group)
-        return res
 
 
 def token_logprobs(
@@ -325,7 +276,7 @@ def train(
         _set_rng_state(state["rng"])
         stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
     reward_fn = reward_fn or default_reward(config)
-    policy = PolicyEngine(model, tokenizer)
+    policy = TransformersEngine.from_model(model, tokenizer)  # samples the policy being trained
     pad = policy.pad_id
     engine = policy
     if config.rollout_backend == "vllm":

@@ -13,28 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 
-class UnionFind:
-    def __init__(self, n: int):
-        self.parent = np.arange(n)
-
-    def find(self, x: int) -> int:
-        p = self.parent
-        root = x
-        while p[root] != root:
-            root = p[root]
-        while p[x] != root:  # path compression
-            p[x], x = root, p[x]
-        return int(root)
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-    def labels(self) -> np.ndarray:
-        return np.array([self.find(i) for i in range(len(self.parent))])
-
-
 def clusters(n: int, pairs: np.ndarray) -> np.ndarray:
     """Cluster label (smallest member index) of each of ``n`` items given linked pairs:
     connected components (scipy, in C; equal to union-find, tested), labelled by their smallest

@@ -17,6 +17,13 @@ import numpy as np
 from pipeline.dedup.shingles import batch_shingle_hashes, shingles
 
 
+def lean_minhash(signature: np.ndarray, seed: int = 1):
+    """A signature (of either backend) as datasketch's ``LeanMinHash``, for its LSH index."""
+    from datasketch import LeanMinHash
+
+    return LeanMinHash(seed=seed, hashvalues=signature, scheme="affine32")
+
+
 class DatasketchBackend:
     name = "datasketch"
 
@@ -52,9 +59,7 @@ class DatasketchBackend:
         return out
 
     def lean(self, signature: np.ndarray):
-        from datasketch import LeanMinHash
-
-        return LeanMinHash(seed=self.seed, hashvalues=signature, scheme="affine32")
+        return lean_minhash(signature, self.seed)
 
 
 class RensaBackend:
@@ -80,9 +85,7 @@ class RensaBackend:
         return np.asarray(m.to_rows(), dtype=np.uint64).astype(np.uint32)
 
     def lean(self, signature: np.ndarray):
-        from datasketch import LeanMinHash
-
-        return LeanMinHash(seed=self.seed, hashvalues=signature, scheme="affine32")
+        return lean_minhash(signature, self.seed)
 
 
 def backend(name: str, num_perm: int = 128, seed: int = 1, ngram: int = 5, mode: str = "word"):

@@ -37,8 +37,6 @@ from pipeline.ingest.registry import by_name, detect
 from pipeline.lake import Lake, LazyParts
 from schemas import SCHEMA_VERSION
 
-DATA_TABLES = ("trajectories", "questions", "attempts", "quarantine")
-
 
 @dataclass
 class IngestConfig:

@@ -75,45 +75,61 @@ class ScriptedEngine:
 
 
 class TransformersEngine:
+    """``model.generate`` on left-padded batches. Loads a model folder, or wraps a live model
+    (``from_model``: the trainer samples from the policy it is training; its train/eval mode is
+    restored after each call, and ``reseed=False`` leaves the global RNG stream to the caller)."""
+
     name = "transformers"
 
     def __init__(self, model_path: str, device: str | None = None, dtype: str = "auto"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.torch = torch
-        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         torch_dtype = (
-            (torch.bfloat16 if self.device == "cuda" else torch.float32)
+            (torch.bfloat16 if device == "cuda" else torch.float32)
             if dtype == "auto"
             else getattr(torch, dtype)
         )
-        self.model = (
+        model = (
             AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch_dtype)
-            .to(self.device)
+            .to(device)
             .eval()
         )
-        self.stop_id = self.tokenizer.eos_token_id
-        self.pad_id = (
-            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.stop_id
-        )
+        self._setup(model, AutoTokenizer.from_pretrained(model_path), reseed=True)
+
+    @classmethod
+    def from_model(cls, model, tokenizer, reseed: bool = False) -> TransformersEngine:
+        engine = cls.__new__(cls)
+        engine._setup(model, tokenizer, reseed)
+        return engine
+
+    def _setup(self, model, tokenizer, reseed: bool) -> None:
+        import torch
+
+        self.torch, self.model, self.tokenizer, self.reseed = torch, model, tokenizer, reseed
+        self.stop_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_id
 
     def generate(
         self, prompts: list[list[int]], sampling: Sampling, n: int = 1
     ) -> list[list[Completion]]:
         torch = self.torch
-        torch.manual_seed(sampling.seed)
+        if self.reseed:
+            torch.manual_seed(sampling.seed)
+        device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding
             ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
+        was_training = self.model.training
+        self.model.eval()
         with torch.no_grad():
             out = self.model.generate(
-                input_ids=ids.to(self.device),
-                attention_mask=mask.to(self.device),
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
                 do_sample=sampling.temperature > 0,
                 temperature=max(sampling.temperature, 1e-5),
                 top_p=sampling.top_p,
@@ -122,16 +138,15 @@ class TransformersEngine:
                 eos_token_id=self.stop_id,
                 pad_token_id=self.pad_id,
             )
+        self.model.train(was_training)
         new = out[:, width:].tolist()
         result = []
         for i in range(len(prompts)):
             comps = []
             for seq in new[i * n : (i + 1) * n]:
+                reason = "length"
                 if self.stop_id in seq:
-                    seq = seq[: seq.index(self.stop_id) + 1]
-                    reason = "stop"
-                else:
-                    reason = "length"
+                    seq, reason = seq[: seq.index(self.stop_id) + 1], "stop"
                 comps.append(
                     Completion(seq, decode_turn(self.tokenizer, seq, self.stop_id), reason)
                 )

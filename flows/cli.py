@@ -367,7 +367,7 @@ def label(
 def _print_build(m: dict) -> None:
     rl, sft = m["rl"], m["sft"]
     console.print(
-        f"[bold]dataset[/bold] {m['name']} v{m['version']}: rl {rl['rows']} questions (labels: {rl['label_source']}), sft {sft['rows']} trajectories"
+        f"[bold]dataset[/bold] {m['name']} v{m['version']}{' (unchanged)' if m.get('unchanged') else ''}: rl {rl['rows']} questions (labels: {rl['label_source']}), sft {sft['rows']} trajectories"
     )
     console.print(
         f"  pyramid {rl['pyramid']} (targets {rl['targets']}); supply {rl['supply']}; dropped {rl['dropped']}"
@@ -585,36 +585,109 @@ def run(
         str | None,
         typer.Option(help="Model folder: label with live rollouts instead of recorded attempts."),
     ] = None,
+    dataset: Annotated[str, typer.Option(help="Dataset name to publish.")] = "demo",
+    runner: Annotated[
+        str, typer.Option(help="Task runner for mapped work: threads | processes | dask | ray.")
+    ] = "threads",
+    workers: Annotated[int | None, typer.Option(help="Workers of the task runner.")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
+    ] = None,
 ) -> None:
-    """The main job on its defaults: ingest, validate, dedup, label, build; then a summary."""
-    from flows.build import build_flow
-    from flows.dedup import dedup_flow
-    from flows.label import label_flow
-    from flows.validate import validate_flow
-    from pipeline.demo import write_demo
+    """The main job: ingest, validate, dedup, label, build as one Prefect flow; then a summary,
+    the counts per stage and the run report's path. Rerun: only new work is done."""
+    from flows.pipeline import StageFailed, pipeline_flow
+    from flows.progress import set_hook
+    from flows.runners import RUNNERS
+    from pipeline.build import check_name
     from pipeline.query import query as run_query
 
-    if not inputs:
-        if not Path(DEMO_DIR).exists():
-            write_demo(DEMO_DIR)
-        inputs = [DEMO_DIR]
+    if runner not in RUNNERS:
+        raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
+    if policy and not Path(policy).is_dir():
+        raise typer.BadParameter(f"{policy} is not a model folder", param_hint="--policy")
+    try:
+        check_name(dataset)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--dataset") from None
     root = resolve_root(lake)
-    result = _run_ingest(inputs, root, None, None, False)
-    _print_ingest(result)
-    with console.status("validating with Great Expectations…"):
-        _print_validate(validate_flow(lake=root))
-    with console.status("deduplicating…"):
-        _print_dedup(dedup_flow(lake=root))
-    with console.status("labelling…"):
-        _print_label(label_flow(lake=root, policy=policy))
-    with console.status("building the dataset…"):
-        _print_build(build_flow(lake=root, name="demo"))
+    with console.status("pipeline…") as status:
+        files = {"n": 0, "total": 0}
+
+        def hook(event: str, payload: Any) -> None:
+            if event == "stage":
+                status.update(f"{payload}…")
+            elif event == "start":
+                files["total"] = payload["files"]
+            elif event == "file":
+                files["n"] += 1
+                status.update(f"ingest {files['n']}/{files['total']} files")
+            elif event == "label":
+                status.update(f"label {payload['done']}/{payload['total']} questions")
+
+        set_hook(hook)
+        try:
+            out = pipeline_flow(
+                inputs=inputs,
+                lake=root,
+                policy=policy,
+                dataset=dataset,
+                runner=runner,
+                workers=workers,
+                address=address,
+            )
+        except StageFailed as e:
+            err.print(f"[red]pipeline failed:[/red] {e}")
+            raise typer.Exit(1) from None
+        except FileNotFoundError as e:
+            err.print(f"[red]error:[/red] {e}")
+            raise typer.Exit(2) from None
+        finally:
+            set_hook(None)
+    from pipeline.report import stage_rows
+
+    print_rows(stage_rows(out["stages"]), title="pipeline run", max_width=100)
+    print_rows(out["conservation"], title="counts per stage (whole lake)")
+    if not all(c["balanced"] for c in out["conservation"]):
+        err.print("[red]counts do not add up[/red]: see the table above")
     console.rule("sample query")
     console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
     print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())
+    console.print(f"report: [bold]{out['report']}[/bold]")
     console.print(
         f'lake: [bold]{root}[/bold]  (try: flow query "SELECT reason, count(*) FROM quarantine GROUP BY 1")'
     )
+
+
+@app.command()
+def serve(
+    config: Annotated[
+        str | None,
+        typer.Option(help="Deployments config (TOML; default flows/deployments.toml)."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Flow runs at once.")] = 1,
+) -> None:
+    """Serve the scheduled deployments of a config (ingest, curate, label-build, train, full)
+    against the Prefect API in PREFECT_API_URL (e.g. `prefect server start`); blocks."""
+    from flows.deployments import DEFAULT_CONFIG, load
+    from flows.deployments import serve as serve_deployments
+
+    path = Path(config) if config else DEFAULT_CONFIG
+    if not path.is_file():
+        raise typer.BadParameter(f"no such config file: {path}", param_hint="--config")
+    try:
+        deployments = load(path)
+    except (ValueError, OSError) as e:
+        raise typer.BadParameter(str(e), param_hint="--config") from None
+    print_rows(
+        [
+            {"deployment": f"pipeline/{d.name}", "cron": d.cron or "(on demand)"}
+            | {"stages": ", ".join(d.stages)}
+            for d in deployments
+        ],
+        title=f"serving {path}",
+    )
+    serve_deployments(path, limit=limit)
 
 
 def main() -> None:

@@ -1,21 +1,44 @@
-"""The ``dedup`` flow: signatures per partition, LSH band partitions as separate tasks (so a Dask
-or Ray task runner can spread them), clustering, and an artifact of duplicates per source and the
-largest clusters."""
+"""The ``dedup`` flow: signature jobs mapped over the task runner (threads, processes, a Dask or
+Ray cluster), then clustering as one cached task, and an artifact of duplicates per source and
+the largest clusters."""
 
 from __future__ import annotations
 
-from prefect import flow, task
+from dataclasses import asdict
+
+from prefect import flow, task, unmapped
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached, stage_fingerprint
 from flows.progress import report
 from pipeline.dedup import DedupConfig, DedupResult, dedup
+from pipeline.dedup.stage import run_signature_job, signature_jobs
+from pipeline.fingerprint import code_version
 from pipeline.lake import Lake
 
 
-@task(name="dedup", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def dedup_task(lake: Lake, config: DedupConfig) -> DedupResult:
-    return dedup(lake, config)
+@task(
+    name="minhash-signatures", cache_policy=NO_CACHE, task_run_name="signatures {path}", **RETRIES
+)
+def signature_task(root: str, path: str, config: DedupConfig) -> int:
+    """One partition of texts -> one minhash_signatures part (skipped if already written)."""
+    return run_signature_job(Lake(root), path, config)
+
+
+@task(name="plan-signatures", **CACHED, **RETRIES)
+def plan_task(root: str, config: DedupConfig, fingerprint: str, code: str) -> list[str]:
+    """Job files of texts lacking a signature; cached like the stage, so a rerun over the same
+    lake reads nothing."""
+    lake = Lake(root)
+    return signature_jobs(lake, config, lake.path("work", "dedup", config.sig_key()))
+
+
+@task(name="dedup-clusters", **CACHED, **RETRIES)
+def dedup_task(root: str, config: DedupConfig, fingerprint: str, code: str) -> dict:
+    """Cached on (root, config, fingerprint of the validated tables, stage code)."""
+    lake = Lake(root)
+    return asdict(dedup(lake, config)) | {"_owns": owned_fingerprint(lake, "dedup")}
 
 
 def markdown(result: DedupResult) -> str:
@@ -65,12 +88,26 @@ def dedup_flow(
     if eval_sets is not None:
         config.eval_sets = tuple(eval_sets)
     report("stage", "dedup")
-    result = dedup_task(lk, config)
+    # Signature jobs: the lake is their cache (a job whose part exists returns at once).
+    fp = stage_fingerprint(lk, "dedup", config)
+    jobs = plan_task(lk.root, config, fp, code_version())
+    computed = sum(
+        f.result() for f in signature_task.map(unmapped(lk.root), jobs, unmapped(config))
+    )
+    run = run_cached(dedup_task, "dedup", lk, config, fingerprint=fp)
+    folder = lk.path("work", "dedup", config.sig_key())
+    if lk.fs.exists(folder):
+        lk.fs.rm(folder, recursive=True)
+    out = run.result
+    result = DedupResult(out["counts"], out["largest_clusters"], out["per_source"], out["params"])
     create_markdown_artifact(
         key="dedup", markdown=markdown(result), description=f"Dedup of {lk.root}"
     )
     return {
         "lake": lk.root,
+        "state": run.state,
+        "signature_jobs": len(jobs),
+        "signatures_computed": computed,
         "counts": result.counts,
         "largest_clusters": result.largest_clusters,
         "per_source": result.per_source,

@@ -1,16 +1,28 @@
-"""The ``ingest`` flow: one task per input file (sequential: files may share content hashes),
-a table artifact of per-file counts."""
+"""The ``ingest`` flow: files hashed and ingested as tasks mapped over the task runner (threads,
+processes, a Dask or Ray cluster), a table artifact of per-file counts.
+
+The lake is the cache: a file whose content hash is committed in ``ingest_log`` is skipped
+(``unchanged``). Files that share content within one run are ingested once, first by path;
+the others run after it and report the copy they match."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow, task
+from prefect import flow, task, unmapped
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.caching import RETRIES
 from flows.progress import report
-from pipeline.ingest.stage import FileReport, IngestConfig, Registry, discover, ingest_file
+from pipeline.ingest.stage import (
+    FileReport,
+    IngestConfig,
+    Registry,
+    discover,
+    file_sha256,
+    ingest_file,
+)
 from pipeline.lake import Lake
 
 
@@ -20,17 +32,47 @@ def _as_dict(r: FileReport) -> dict:
     return d
 
 
-@task(
-    name="ingest-file",
-    cache_policy=NO_CACHE,
-    retries=2,
-    retry_delay_seconds=[1, 5],
-    task_run_name="ingest {path}",
-)
+@task(name="hash-file", cache_policy=NO_CACHE, task_run_name="hash {path}", **RETRIES)
+def hash_task(path: str) -> tuple[str, int]:
+    return file_sha256(path)
+
+
+@task(name="ingest-file", cache_policy=NO_CACHE, task_run_name="ingest {path}", **RETRIES)
 def ingest_file_task(
-    path: str, lake: Lake, config: IngestConfig, registry: Registry, default_source: str | None
+    path: str,
+    root: str,
+    config: IngestConfig,
+    registry: Registry,
+    default_source: str | None,
+    digest: tuple[str, int],
 ) -> dict:
-    return _as_dict(ingest_file(path, lake, config, registry, default_source))
+    return _as_dict(ingest_file(path, Lake(root), config, registry, default_source, digest=digest))
+
+
+def _ingest_all(lk: Lake, files: list, config: IngestConfig, digests: list) -> list[dict]:
+    """First copies of each content in parallel, then the later copies (now ``unchanged``)."""
+    seen: set[str] = set()
+    first, later = [], []
+    for (path, src), d in zip(files, digests, strict=True):
+        (later if d[0] in seen else first).append((path, src, d))
+        seen.add(d[0])
+    reports: dict[str, dict] = {}
+    for batch in (first, later):
+        if not batch:
+            continue
+        futures = ingest_file_task.map(
+            [p for p, _, _ in batch],
+            unmapped(lk.root),
+            unmapped(config),
+            unmapped(Registry(lk)),
+            [s for _, s, _ in batch],
+            [d for _, _, d in batch],
+        )
+        for f in futures:
+            r = f.result()
+            reports[r["path"]] = r
+            report("file", r)
+    return [reports[p] for p, _ in files]
 
 
 @flow(name="ingest", log_prints=False)
@@ -45,14 +87,10 @@ def ingest_flow(
     lk = Lake(lake)
     config = IngestConfig(source=source, format=format, force=force)
     lk.remove_temp_files()
-    registry = Registry(lk)
     files = discover(paths)
     report("start", {"files": len(files)})
-    reports = []
-    for path, default_source in files:
-        r = ingest_file_task(path, lk, config, registry, default_source)
-        reports.append(r)
-        report("file", r)
+    digests = [f.result() for f in hash_task.map([p for p, _ in files])]
+    reports = _ingest_all(lk, files, config, digests)
     totals: dict[str, int] = {}
     for r in reports:
         for k in ("records_read", "accepted", "quarantined", "size_bytes"):

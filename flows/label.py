@@ -5,19 +5,23 @@ from __future__ import annotations
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 
+from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import report
 from pipeline.label import LabelConfig, label, pass_rate_histogram
 from pipeline.lake import Lake
 from pipeline.rollout.engines import Sampling
 
 
-@task(name="label", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[5, 30])
-def label_task(lake: Lake, config: LabelConfig) -> dict:
-    return label(
+@task(name="label", **CACHED, **RETRIES)
+def label_task(root: str, config: LabelConfig, fingerprint: str, code: str) -> dict:
+    """Cached on (root, config, fingerprint of the deduplicated tables and the policy's weights,
+    stage code). Live labels are checkpointed per batch, so a retry or a rerun resumes."""
+    lake = Lake(root)
+    stats = label(
         lake, config, on_batch=lambda done, total: report("label", {"done": done, "total": total})
     )
+    return stats | {"_owns": owned_fingerprint(lake, "label")}
 
 
 @flow(name="label")
@@ -40,7 +44,8 @@ def label_flow(
         sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
     )
     report("stage", "label")
-    stats = label_task(lk, config)
+    run = run_cached(label_task, "label", lk, config)
+    stats = {k: v for k, v in run.result.items() if k != "_owns"}
     hist = pass_rate_histogram(lk)
     lines = [
         "# Pass rates",
@@ -54,4 +59,4 @@ def label_flow(
     create_markdown_artifact(
         key="pass-rates", markdown="\n".join(lines), description=f"Labels in {lk.root}"
     )
-    return {"lake": lk.root, "stats": stats, "histogram": hist}
+    return {"lake": lk.root, "state": run.state, "stats": stats, "histogram": hist}

@@ -7,18 +7,21 @@ from dataclasses import asdict
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 
+from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import report
 from pipeline.lake import Lake
 from pipeline.validate import ValidateConfig, summary_markdown, validate
 from schemas.expectations import Limits
 
 
-@task(name="validate-tables", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
-def validate_task(lake: Lake, config: ValidateConfig) -> dict:
+@task(name="validate-tables", **CACHED, **RETRIES)
+def validate_task(root: str, config: ValidateConfig, fingerprint: str, code: str) -> dict:
+    """Cached on (root, config, fingerprint of the ingested tables, stage code)."""
+    lake = Lake(root)
     result = validate(lake, config)
     return {
+        "_owns": owned_fingerprint(lake, "validate"),
         "suite_version": result.suite_version,
         "tables": result.tables,
         "rules": result.rule_rows(),
@@ -44,7 +47,8 @@ def validate_flow(
         limits=Limits(max_messages=max_messages),
     )
     report("stage", "validate")
-    out = validate_task(lk, config)
+    run = run_cached(validate_task, "validate", lk, config)
+    out = run.result | {"state": run.state}
     create_markdown_artifact(
         key="validation", markdown=out["markdown"], description=f"Validation of {lk.root}"
     )

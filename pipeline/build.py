@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import exports
+from pipeline.charts import pyramid_png
 from pipeline.lake import PARQUET_OPTIONS, Lake
 from pipeline.profile import SFTConfig, features, keep_for_sft
 from pipeline.query import query
@@ -138,7 +139,9 @@ def lineage(lake: Lake) -> dict:
 
 
 def build(lake: Lake, config: BuildConfig | None = None) -> dict:
-    """Select, shard, export and publish a new dataset version; returns the manifest."""
+    """Select, shard, export and publish a new dataset version; returns the manifest. When the
+    result equals the newest version (bytes, config, lineage), that version is returned with
+    ``unchanged: True`` and nothing is written."""
     config = config or BuildConfig()
     name = check_name(config.name)
     source = config.label_source
@@ -149,6 +152,8 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
             .to_pylist()
         )
         source = "rollouts" if "rollouts" in have else "recorded"
+    if source not in ("recorded", "rollouts"):
+        raise ValueError(f"label_source must be recorded or rollouts, not {source!r}")
     items = query(lake, RL_ITEMS.format(source=source)).to_pylist()
     sel = select(items, config.select)
     rl_rows = [{k: r.get(k) for k in RL_SCHEMA.names} for r in sel.rows]
@@ -177,7 +182,41 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         exports.llamafactory(sft_rows, name)
     )
 
+    histogram = query(
+        lake,
+        f"SELECT round(pass_rate, 3) AS pass_rate, count(*) AS questions FROM labels WHERE label_source = '{source}' GROUP BY 1 ORDER BY 1",
+    ).to_pylist()
+    files["pyramid.png"] = pyramid_png(
+        {"rows": len(rl_rows), "targets": sel.report["targets"], "pyramid": sel.report["pyramid"]},
+        histogram,
+    )
+
     version = next_version(lake, name)
+    latest = _latest_manifest(lake, name, version - 1)
+    files_meta = {
+        p: {
+            "bytes": len(d),
+            "sha256": hashlib.sha256(d).hexdigest(),
+            **(
+                {"rows": pq.read_metadata(pa.BufferReader(d)).num_rows}
+                if p.endswith(".parquet")
+                else {}
+            ),
+        }
+        for p, d in sorted(files.items())
+    }
+    config_json = orjson.loads(orjson.dumps(asdict(config), default=str))
+    lake_lineage = lineage(lake)
+    if latest and (latest["files"], latest["config"], latest["lineage"]) == (
+        files_meta,
+        config_json,
+        lake_lineage,
+    ):
+        # Same bytes, config and lineage as the newest version: a rerun with nothing new
+        # publishes nothing.
+        latest["path"] = lake.path("datasets", name, f"v{latest['version']}")
+        latest["unchanged"] = True
+        return latest
     manifest = {
         "name": name,
         "version": version,
@@ -191,27 +230,27 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
                 for k in ("domain", "source", "f_pattern")
             },
         },
-        "files": {
-            p: {
-                "bytes": len(d),
-                "sha256": hashlib.sha256(d).hexdigest(),
-                **(
-                    {"rows": pq.read_metadata(pa.BufferReader(d)).num_rows}
-                    if p.endswith(".parquet")
-                    else {}
-                ),
-            }
-            for p, d in sorted(files.items())
-        },
-        "config": orjson.loads(orjson.dumps(asdict(config), default=str)),
-        "lineage": lineage(lake),
+        "files": files_meta,
+        "config": config_json,
+        "lineage": lake_lineage,
     }
     files["manifest.json"] = orjson.dumps(
         manifest, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
     )
     _publish(lake, name, version, files)
     manifest["path"] = lake.path("datasets", name, f"v{version}")
+    manifest["unchanged"] = False
     return manifest
+
+
+def _latest_manifest(lake: Lake, name: str, version: int) -> dict | None:
+    if version < 1:
+        return None
+    path = lake.path("datasets", name, f"v{version}", "manifest.json")
+    if not lake.fs.exists(path):
+        return None
+    with lake.fs.open(path, "rb") as f:
+        return orjson.loads(f.read())
 
 
 def _publish(lake: Lake, name: str, version: int, files: dict[str, bytes]) -> None:

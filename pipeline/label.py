@@ -26,6 +26,7 @@ from pipeline.lake import Lake
 from pipeline.query import query
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling, make_engine
+from pipeline.transient import PERMANENT_OS_ERRORS, TransientError
 from pipeline.verify import verify
 from schemas import TABLES
 
@@ -144,7 +145,13 @@ def rollout_labels(
     }
     if not todo:
         return stats
-    engine = engine or make_engine(policy, config.backend)
+    if engine is None:
+        try:
+            engine = make_engine(policy, config.backend)
+        except (RuntimeError, OSError) as e:
+            if isinstance(e, PERMANENT_OS_ERRORS):
+                raise
+            raise TransientError(f"inference engine for {policy} did not start: {e}") from e
     tokenizer = engine.tokenizer
     for b in range(0, len(todo), config.batch_questions):
         batch = todo[b : b + config.batch_questions]

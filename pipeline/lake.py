@@ -17,6 +17,7 @@ import os
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import fsspec
 import pyarrow as pa
@@ -26,6 +27,13 @@ from schemas import TABLES
 
 DEFAULT_LAKE = "data/lake"
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
+
+
+def run_time() -> datetime:
+    """The time stamped on rows: now, or ``SOURCE_DATE_EPOCH`` when set (reproducible builds:
+    two runs over the same inputs then give byte-identical lakes)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    return datetime.fromtimestamp(int(epoch), UTC) if epoch else datetime.now(UTC)
 
 
 def resolve_root(root: str | None = None) -> str:

@@ -28,11 +28,14 @@ def built(shared_lake):
     label(lake)
     m1 = build(lake, BuildConfig(name="shared", label_source="recorded"))
     m2 = build(lake, BuildConfig(name="shared", label_source="recorded"))
-    return lake, m1, m2
+    m3 = build(
+        lake, BuildConfig(name="shared", label_source="recorded", select=SelectConfig(seed=1))
+    )
+    return lake, m1, m2, m3
 
 
 def test_pyramid_within_two_points_of_30_50_20(built):
-    _, m, _ = built
+    _, m, _, _ = built
     rl = m["rl"]
     assert rl["rows"] > 300 and not rl["short_bins"]
     for b, target in (("easy", 0.3), ("medium", 0.5), ("hard", 0.2)):
@@ -41,7 +44,7 @@ def test_pyramid_within_two_points_of_30_50_20(built):
 
 
 def test_manifest_counts_equal_duckdb_counts_and_sha256_verify(built):
-    _, m, _ = built
+    _, m, _, _ = built
     root = Path(m["path"])
     for rel, meta in m["files"].items():
         data = (root / rel).read_bytes()
@@ -61,9 +64,14 @@ def test_manifest_counts_equal_duckdb_counts_and_sha256_verify(built):
 
 
 def test_two_builds_are_byte_identical_and_versions_never_overwritten(built):
-    _, m1, m2 = built
-    assert (m1["version"], m2["version"]) == (1, 2)
-    assert m1["files"] == m2["files"]  # every shard and export: same sha256
+    lake, m1, m2, m3 = built
+    # the rebuild computed every shard and export again: same sha256, so nothing is published
+    assert m2["unchanged"] and m2["version"] == 1 and m1["files"] == m2["files"]
+    assert not m1["unchanged"] and not lake.fs.exists(lake.path("datasets", "shared", "v3"))
+    # another seed selects other questions: a new version beside v1, which stays as it was
+    assert m3["version"] == 2 and not m3["unchanged"] and m3["files"] != m1["files"]
+    v1 = json.loads(Path(m1["path"], "manifest.json").read_text())
+    assert v1["files"] == m1["files"]
     with pytest.raises(ValueError):
         check_name("../escape")
 
@@ -128,7 +136,7 @@ def test_stratified_sampling_raises_diversity():
 
 def test_exports_load_with_hugging_face_datasets(built):
     datasets = pytest.importorskip("datasets")
-    _, m, _ = built
+    _, m, _, _ = built
     ex = Path(m["path"]) / "exports"
     verl = datasets.load_dataset("parquet", data_files=str(ex / "verl.parquet"), split="train")
     row = verl[0]

@@ -151,7 +151,8 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
         "records read 0 = accepted 0 + quarantined 0" in again.output
         and "unchanged 6" in again.output
     )
-    assert "dataset demo v2" in again.output  # a rerun publishes a new version, never overwrites v1
+    assert "dataset demo v1 (unchanged)" in again.output  # nothing new: no new version
+    assert not (tmp_path / "data/lake/datasets/demo/v2").exists()
     # the pipeline ends in training: flow train on the published dataset, resumable, evaluated
     args = [
         "train",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.dedup.clusters import clusters, pick_representatives, question_key, trajectory_key
 from pipeline.dedup.lsh import (
@@ -140,6 +141,66 @@ def signatures_for(
     return out, len(todo)
 
 
+def signature_jobs(lake: Lake, config: DedupConfig, folder: str) -> list[str]:
+    """Write the texts that still lack a signature as job files of ``partition_docs`` items under
+    ``folder``; returns their paths. One job is one unit of work for a task runner (threads, a
+    Dask or Ray cluster); its output is one ``minhash_signatures`` part named like the job."""
+    key = config.sig_key()
+    _, q_ids, q_texts = question_items(lake)
+    scopes = [("question", q_ids, q_texts)]
+    if config.trajectories:
+        items, _, _, firsts, texts = trajectory_items(lake, config)
+        scopes.append(("trajectory", [items[i]["trajectory_id"] for i in firsts], texts))
+    jobs = []
+    for scope, ids, texts in scopes:
+        known = set()
+        for part in lake.parts("minhash_signatures"):
+            if part.startswith(f"{scope}-{key}-"):
+                t = lake.read_columns("minhash_signatures", part, ["item_id"])
+                known.update(t["item_id"].to_pylist())
+        todo = sorted({x: t for x, t in zip(ids, texts, strict=True) if x not in known}.items())
+        for c in range(0, len(todo), config.partition_docs):
+            chunk = todo[c : c + config.partition_docs]
+            name = f"{scope}-{key}-{digest(''.join(x for x, _ in chunk).encode(), 8)}"
+            path = f"{folder}/{name}.parquet"
+            if not lake.fs.exists(path):
+                lake.fs.makedirs(folder, exist_ok=True)
+                tmp = f"{folder}/.tmp-{name}.parquet"
+                with lake.fs.open(tmp, "wb") as f:
+                    pq.write_table(
+                        pa.table({"item_id": [x for x, _ in chunk], "text": [t for _, t in chunk]}),
+                        f,
+                    )
+                lake.fs.mv(tmp, path)
+            jobs.append(path)
+    return jobs
+
+
+def run_signature_job(lake: Lake, path: str, config: DedupConfig) -> int:
+    """Signatures of one job file into its ``minhash_signatures`` part; 0 if already there."""
+    name = path.rsplit("/", 1)[-1].removesuffix(".parquet")
+    if name in lake.parts("minhash_signatures") or not lake.fs.exists(path):
+        return 0  # done already (or a stale plan: the stage computes what is missing itself)
+    with lake.fs.open(path, "rb") as f:
+        job = pq.read_table(f)
+    be = make_backend(config.resolved_backend(), config.num_perm, 1, config.ngram, config.mode)
+    sigs = be.signatures(job["text"].to_pylist())
+    n = job.num_rows
+    lake.write_part(
+        "minhash_signatures",
+        name,
+        pa.table(
+            {
+                "scope": [name.split("-", 1)[0]] * n,
+                "item_id": job["item_id"],
+                "sig_key": [config.sig_key()] * n,
+                "signature": [row.astype("<u4").tobytes() for row in sigs],
+            }
+        ),
+    )
+    return n
+
+
 def candidate_pairs(
     sigs: np.ndarray, config: DedupConfig, groups: np.ndarray | None = None
 ) -> np.ndarray:
@@ -202,12 +263,15 @@ def _in_eval(datasets: list[str], names: list[str], eval_sets: tuple[str, ...]) 
     return sorted(hits)
 
 
+def question_items(lake: Lake) -> tuple[list[dict], list[str], list[str]]:
+    items = query(lake, QUESTION_ITEMS).to_pylist()
+    return items, [r["question_id"] for r in items], [r["question"] or "" for r in items]
+
+
 def dedup_questions(
     lake: Lake, config: DedupConfig, counts: dict
 ) -> tuple[list[dict], list[dict], dict[str, str]]:
-    items = query(lake, QUESTION_ITEMS).to_pylist()
-    ids = [r["question_id"] for r in items]
-    texts = [r["question"] or "" for r in items]
+    items, ids, texts = question_items(lake)
     sigs, new = signatures_for(lake, "question", ids, texts, config)
     pairs, sims = verified(candidate_pairs(sigs, config), sigs, texts, config)
     labels = clusters(len(items), pairs)
@@ -316,9 +380,9 @@ FROM valid_trajectories ORDER BY record_id
 """
 
 
-def dedup_trajectories(
-    lake: Lake, config: DedupConfig, counts: dict, rep_of: dict[str, str]
-) -> list[dict]:
+def trajectory_items(lake: Lake, config: DedupConfig):
+    """Trajectory items, their keys, exact representatives, and the texts of the distinct
+    contents (``firsts``) whose signatures the near-duplicate pass needs."""
     items = query(lake, TRAJECTORY_ITEMS).to_pylist()
     keys = [
         trajectory_key(
@@ -340,6 +404,13 @@ def dedup_trajectories(
     exact_rep = pick_representatives(exact_label, keys)
     firsts = sorted({int(x) for x in exact_rep})
     texts = ["\n".join(items[i]["parts"] or [])[: config.max_text_chars] for i in firsts]
+    return items, keys, exact_rep, firsts, texts
+
+
+def dedup_trajectories(
+    lake: Lake, config: DedupConfig, counts: dict, rep_of: dict[str, str]
+) -> list[dict]:
+    items, keys, exact_rep, firsts, texts = trajectory_items(lake, config)
     sigs, new = signatures_for(
         lake, "trajectory", [items[i]["trajectory_id"] for i in firsts], texts, config
     )

@@ -16,7 +16,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import fsspec
 import pyarrow as pa
@@ -34,7 +34,7 @@ from pipeline.ingest.normalize import attempt_row, question_row, trajectory_row
 from pipeline.ingest.readers.base import Context, Reader
 from pipeline.ingest.records import AttemptRec, QuestionRec, TrajectoryRec
 from pipeline.ingest.registry import by_name, detect
-from pipeline.lake import Lake, LazyParts
+from pipeline.lake import Lake, LazyParts, run_time
 from schemas import SCHEMA_VERSION
 
 
@@ -204,10 +204,12 @@ def ingest_file(
     registry: Registry,
     default_source: str | None = None,
     on_record: Callable[[int], None] | None = None,
+    digest: tuple[str, int] | None = None,
 ) -> FileReport:
+    """Ingest one file (``digest``: its (sha256, size) when the caller hashed it already)."""
     t0 = time.perf_counter()
-    now = config.now or datetime.now(UTC)
-    sha, size = file_sha256(path)
+    now = config.now or run_time()
+    sha, size = digest or file_sha256(path)
     report = FileReport(path=path, status="ingested", file_sha256=sha, size_bytes=size)
     if sha in registry.by_hash and not config.force:
         report.status = "unchanged"
@@ -324,7 +326,7 @@ def ingest_file(
         "attempts": report.rows["attempts"],
         "schema_version": SCHEMA_VERSION,
         "started_at": now,
-        "finished_at": now if config.now else datetime.now(UTC),
+        "finished_at": now if config.now else run_time(),
     }
     lake.write_part("ingest_log", part, pa.Table.from_pylist([log_row]))
     for old in registry.by_uri.get(path, []):

@@ -16,14 +16,14 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 import orjson
 import polars as pl
 import pyarrow as pa
 
 from pipeline.ids import record_id as make_record_id
-from pipeline.lake import Lake, LazyParts
+from pipeline.lake import Lake, LazyParts, run_time
 from pipeline.validate.checks import CHECKS
 from pipeline.validate.gx_suite import GXRunner
 from schemas.expectations import Limits, Rule, rules_for, suite_version
@@ -211,7 +211,7 @@ def _quarantine_row(
 def validate(lake: Lake, config: ValidateConfig | None = None) -> ValidateResult:
     config = config or ValidateConfig()
     version = suite_version(config.limits)
-    now = config.now or datetime.now(UTC)
+    now = config.now or run_time()
     suites = {t: rules_for(t, config.limits) for t in config.tables}
     counts: dict[str, dict[str, int]] = {
         t: dict.fromkeys(("rows", "passed", "quarantined", "flagged", "parts", "parts_skipped"), 0)

@@ -1,0 +1,45 @@
+"""Task runners by name: where a flow's mapped tasks (files, signature partitions) run.
+
+``threads`` (default) and ``processes`` stay on this machine; ``dask`` starts a local cluster or
+joins one at ``address`` (``tcp://scheduler:8786``); ``ray`` does the same with Ray. The stages
+write through the lake root, so every worker must reach it (a shared disk or an object store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+RUNNERS = ("threads", "processes", "dask", "ray")
+
+
+def task_runner(
+    name: str = "threads", workers: int | None = None, address: str | None = None
+) -> Any:
+    """A Prefect task runner; ``workers`` caps local pools and sizes a local Dask cluster."""
+    if name == "threads":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=workers)
+    if name == "processes":
+        from prefect.task_runners import ProcessPoolTaskRunner
+
+        return ProcessPoolTaskRunner(max_workers=workers)
+    if name == "dask":
+        try:
+            from prefect_dask import DaskTaskRunner
+        except ImportError as e:
+            raise RuntimeError("--runner dask needs prefect-dask: pip install prefect-dask") from e
+        if address:
+            return DaskTaskRunner(address=address)
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": workers or 2, "threads_per_worker": 1, "processes": True}
+        )
+    if name == "ray":
+        try:
+            from prefect_ray import RayTaskRunner
+        except ImportError as e:
+            raise RuntimeError(
+                "--runner ray needs prefect-ray: pip install 'flow-rl-data[ray]'"
+            ) from e
+        return RayTaskRunner(address=address) if address else RayTaskRunner()
+    raise ValueError(f"unknown runner {name!r}; use one of {', '.join(RUNNERS)}")

@@ -1,0 +1,296 @@
+"""The run report: one HTML page (plus PNG charts) of what a pipeline run left in the lake.
+
+Everything in it is read back from the lake with DuckDB, so the page shows the lake as it is
+after the run, not what a stage believed it wrote. ``conservation`` is the accounting the tests
+assert: per stage, rows in = rows out + quarantined + duplicates + filtered (+ pending).
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import UTC, datetime
+from typing import Any
+
+from pipeline.charts import bars_png
+from pipeline.lake import Lake
+from pipeline.query import connect
+
+
+def _rows(con: Any, sql: str) -> list[dict]:
+    return con.sql(sql).arrow().read_all().to_pylist()
+
+
+def _one(con: Any, sql: str) -> int:
+    return int(con.execute(sql).fetchall()[0][0] or 0)
+
+
+def conservation(lake: Lake, manifest: dict | None = None) -> list[dict]:
+    """Per stage: in, out, quarantined, duplicates, filtered, pending, and whether they add up."""
+    con = connect(lake)
+    rows = []
+
+    def add(stage: str, n_in: int, out: int, q: int = 0, d: int = 0, f: int = 0, p: int = 0):
+        rows.append(
+            {
+                "stage": stage,
+                "in": n_in,
+                "out": out,
+                "quarantined": q,
+                "duplicates": d,
+                "filtered": f,
+                "pending": p,
+                "balanced": n_in == out + q + d + f + p,
+            }
+        )
+
+    log = _rows(
+        con,
+        "SELECT coalesce(sum(records_read), 0)::BIGINT r, coalesce(sum(records_accepted), 0)::BIGINT a, coalesce(sum(records_quarantined), 0)::BIGINT q FROM ingest_log",
+    )[0]
+    q_ingest = _one(con, "SELECT count(*) FROM quarantine WHERE stage = 'ingest'")
+    add("ingest: records", log["r"], log["a"], q_ingest)
+    data_rows = _one(
+        con,
+        "SELECT (SELECT count(*) FROM trajectories) + (SELECT count(*) FROM questions) + (SELECT count(*) FROM attempts)",
+    )
+    v = _rows(
+        con,
+        "SELECT count(*) FILTER (WHERE passed) ok, count(*) FILTER (WHERE NOT passed) bad FROM validation",
+    )[0]
+    add("validate: rows", data_rows, v["ok"], v["bad"], p=data_rows - v["ok"] - v["bad"])
+    q_in = _one(
+        con,
+        """SELECT count(DISTINCT question_id) FROM (SELECT question_id FROM valid_questions
+           UNION ALL SELECT question_id FROM valid_attempts UNION ALL SELECT question_id FROM valid_trajectories)""",
+    )
+    c = _rows(
+        con,
+        """SELECT count(*) FILTER (WHERE scope = 'question' AND method = 'self') q_kept,
+                  count(*) FILTER (WHERE scope = 'question' AND method <> 'self') q_dup,
+                  count(*) FILTER (WHERE scope = 'trajectory' AND method = 'self') t_kept,
+                  count(*) FILTER (WHERE scope = 'trajectory' AND method <> 'self') t_dup
+           FROM dedup_clusters""",
+    )[0]
+    add("dedup: distinct questions", q_in, c["q_kept"], d=c["q_dup"])
+    add(
+        "dedup: trajectories",
+        _one(con, "SELECT count(*) FROM valid_trajectories"),
+        c["t_kept"],
+        d=c["t_dup"],
+    )
+    uq = _one(con, "SELECT count(*) FROM unique_questions")
+    if manifest:
+        src = manifest["rl"]["label_source"]
+        labelled = _one(
+            con,
+            f"SELECT count(DISTINCT l.question_id) FROM labels l JOIN unique_questions u USING (question_id) WHERE l.label_source = '{src}'",
+        )
+        orphans = _one(
+            con,
+            f"SELECT count(DISTINCT question_id) FROM labels WHERE label_source = '{src}' AND question_id NOT IN (SELECT question_id FROM unique_questions)",
+        )
+        add(f"label ({src}): unique questions", uq + orphans, labelled, f=uq - labelled)
+        rl = manifest["rl"]
+        rebalanced = sum(rl["supply"].values()) - sum(rl["selected"].values())
+        add(
+            "build: rl questions",
+            rl["input_questions"],
+            rl["rows"],
+            f=sum(rl["dropped"].values()) + rebalanced,
+        )
+        sft = manifest["sft"]
+        from pipeline.build import SFT_ITEMS
+
+        add(
+            "build: sft trajectories",
+            _one(con, f"SELECT count(*) FROM ({SFT_ITEMS})"),
+            sft["rows"],
+            f=sum(sft["dropped"].values()),
+        )
+    return rows
+
+
+def stage_rows(stages: dict[str, dict]) -> list[dict]:
+    """One display row per stage: state, seconds, and its own counts as ``key=value`` text."""
+    return [
+        {"stage": k, "state": v.get("state"), "seconds": v.get("seconds")}
+        | {"details": ", ".join(f"{a}={b}" for a, b in v.items() if a not in ("state", "seconds"))}
+        for k, v in stages.items()
+    ]
+
+
+def _table(rows: list[dict], max_chars: int = 120) -> str:
+    if not rows:
+        return "<p class=dim>none</p>"
+    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v) if v is not None else '')[:max_chars]}</td>"
+            for v in r.values()
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;
+font-size:13px;text-align:left}th{background:#f3f3f3}.dim{color:#888}.bad{color:#b00}
+img{max-width:100%;border:1px solid #eee}"""
+
+
+def write_report(
+    lake: Lake,
+    folder: str,
+    stages: dict[str, dict],
+    manifest: dict | None = None,
+    training: dict | None = None,
+) -> str:
+    """Write ``folder/index.html`` and its PNGs; returns the page's path. ``stages`` holds each
+    stage's summary row (state, seconds, ...)."""
+    con = connect(lake)
+    files: dict[str, bytes] = {}
+    sections: list[str] = []
+
+    sections.append("<h2>Stages</h2>" + _table(stage_rows(stages)))
+    cons = conservation(lake, manifest)
+    sections.append(
+        "<h2>Counts conserved</h2><p>in = out + quarantined + duplicates + filtered + pending, per stage (whole lake).</p>"
+        + _table(cons)
+    )
+    sources = _rows(
+        con,
+        """SELECT source, source_format, count(*) files, sum(records_read) records, sum(records_accepted) accepted,
+                  sum(records_quarantined) quarantined, sum(trajectories) trajectories, sum(questions) questions, sum(attempts) attempts
+           FROM ingest_log GROUP BY ALL ORDER BY records DESC""",
+    )
+    sections.append("<h2>Sources</h2>" + _table(sources))
+    reasons = _rows(
+        con,
+        "SELECT stage, reason, count(*) n FROM quarantine GROUP BY ALL ORDER BY n DESC, stage, reason",
+    )
+    if reasons:
+        files["quarantine.png"] = bars_png(
+            "quarantined records by reason",
+            [f"{r['stage']}: {r['reason']}" for r in reasons],
+            [r["n"] for r in reasons],
+        )
+    sections.append(
+        "<h2>Quarantine</h2>" + _table(reasons) + ('<img src="quarantine.png">' if reasons else "")
+    )
+    failing = _rows(
+        con,
+        """SELECT "table", flag, count(*) n FROM (SELECT "table", unnest(flags) AS flag FROM validation)
+           GROUP BY ALL ORDER BY n DESC, flag LIMIT 20""",
+    )
+    docs = lake.path("reports", "validation", "index.html")
+    link = (
+        f'<p>Great Expectations Data Docs: <a href="{html.escape(docs)}">{html.escape(docs)}</a></p>'
+        if lake.fs.exists(docs)
+        else ""
+    )
+    vsum = _rows(
+        con,
+        """SELECT "table", count(*) validated, count(*) FILTER (WHERE passed) passed,
+                  count(*) FILTER (WHERE NOT passed) quarantined, any_value(suite_version) suite
+           FROM validation GROUP BY 1 ORDER BY 1""",
+    )
+    sections.append(
+        "<h2>Validation</h2>"
+        + _table(vsum)
+        + "<p>Warnings (flags) by rule:</p>"
+        + _table(failing)
+        + link
+    )
+    dd = _rows(
+        con,
+        """SELECT scope, count(*) members, count(*) FILTER (WHERE method = 'self') kept,
+                  count(*) FILTER (WHERE method = 'exact') exact, count(*) FILTER (WHERE method = 'minhash') near,
+                  round(1 - count(*) FILTER (WHERE method = 'self') / count(*), 4) AS duplicate_rate
+           FROM dedup_clusters GROUP BY 1 ORDER BY 1""",
+    )
+    largest = _rows(
+        con,
+        """SELECT n_members, array_to_string(sources, ', ') sources, left(question, 100) question
+           FROM unique_questions ORDER BY n_members DESC, question_id LIMIT 10""",
+    )
+    sections.append(
+        "<h2>Dedup</h2>" + _table(dd) + "<p>Largest question clusters:</p>" + _table(largest)
+    )
+    hist = _rows(
+        con,
+        """SELECT label_source, round(pass_rate, 3) pass_rate, count(*) questions FROM labels
+           GROUP BY ALL ORDER BY label_source, pass_rate""",
+    )
+    if hist:
+        files["pass_rates.png"] = bars_png(
+            "labelled questions per pass rate",
+            [f"{h['label_source']} {h['pass_rate']}" for h in hist],
+            [h["questions"] for h in hist],
+        )
+    sections.append(
+        "<h2>Pass rates</h2>" + _table(hist) + ('<img src="pass_rates.png">' if hist else "")
+    )
+    if manifest:
+        rl, sft = manifest["rl"], manifest["sft"]
+        pyramid = [
+            {
+                "bin": b,
+                "target": rl["targets"][b],
+                "achieved": rl["pyramid"][b],
+                "supply": rl["supply"][b],
+                "selected": rl["selected"][b],
+            }
+            for b in ("easy", "medium", "hard")
+        ]
+        diversity = [
+            {"field": k, "entropy_before": rl["entropy_before"][k], "entropy_after": v}
+            for k, v in rl["entropy_after"].items()
+        ]
+        path = manifest.get("path", "")
+        png = f"{path}/pyramid.png"
+        if path and lake.fs.exists(png):
+            with lake.fs.open(png, "rb") as f:
+                files["pyramid.png"] = f.read()
+        shards = [{"file": k} | v for k, v in manifest["files"].items()]
+        sections.append(
+            f"<h2>Dataset {html.escape(manifest['name'])} v{manifest['version']}</h2>"
+            f"<p><code>{html.escape(path)}</code>; RL {rl['rows']} questions (labels {html.escape(rl['label_source'])}), "
+            f"SFT {sft['rows']} trajectories; dropped {html.escape(str(rl['dropped']))}; short bins {html.escape(str(rl['short_bins'] or 'none'))}.</p>"
+            + _table(pyramid)
+            + ('<img src="pyramid.png">' if "pyramid.png" in files else "")
+            + "<p>Diversity (entropy, bits):</p>"
+            + _table(diversity)
+            + "<p>Manifest files:</p>"
+            + _table(shards)
+        )
+    if training:
+        curves = f"{training['out']}/curves.png"
+        import fsspec
+
+        fs, p = fsspec.core.url_to_fs(curves)
+        if fs.exists(p):
+            with fs.open(p, "rb") as f:
+                files["curves.png"] = f.read()
+        sections.append(
+            "<h2>Training</h2>"
+            + _table([{k: v for k, v in (training.get("last") or {}).items()}])
+            + ('<img src="curves.png">' if "curves.png" in files else "")
+        )
+
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = (
+        f"<!doctype html><meta charset=utf-8><title>flow run report</title><style>{CSS}</style>"
+        f"<h1>Run report</h1><p class=dim>lake <code>{html.escape(lake.root)}</code> · {when}</p>"
+        + "".join(sections)
+    )
+    lake.fs.makedirs(folder, exist_ok=True)
+    for name, data in files.items():
+        with lake.fs.open(f"{folder}/{name}", "wb") as f:
+            f.write(data)
+    index = f"{folder}/index.html"
+    with lake.fs.open(index, "wb") as f:
+        f.write(page.encode())
+    return index

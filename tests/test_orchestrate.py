@@ -1,0 +1,257 @@
+"""Orchestration for real: the pipeline flow of subflows, deployments served and triggered through
+the API, the no-op rerun, kill -9 and resume, a local Dask cluster, retries and failure reasons.
+
+Each run pins its timestamps with SOURCE_DATE_EPOCH, so two lakes built from the same inputs can
+be compared file by file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from pipeline.demo import write_demo
+
+EPOCH = "1780000000"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("demo") / "agent_runs"
+    write_demo(str(out.parent))
+    return str(out.parent)
+
+
+@pytest.fixture(autouse=True)
+def pinned_time(monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
+
+
+def snapshot(lake: Path) -> dict[str, str]:
+    """Every table part and dataset file by content; signature parts by their rows (their
+    partitioning follows the work a run had left, their content does not)."""
+    out = {}
+    for p in sorted(lake.rglob("*")):
+        rel = p.relative_to(lake).as_posix()
+        if not p.is_file() or not rel.startswith(("tables/", "datasets/")) or "/." in rel:
+            continue
+        if rel.startswith("tables/minhash_signatures/"):
+            continue
+        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    sigs = lake / "tables/minhash_signatures"
+    if sigs.exists():
+        rows = sorted(
+            (r["scope"], r["item_id"], r["signature"])
+            for f in sigs.glob("[!.]*.parquet")
+            for r in pq.read_table(f).to_pylist()
+        )
+        out["minhash_signatures rows"] = hashlib.sha256(repr(rows).encode()).hexdigest()
+    return out
+
+
+def test_pipeline_is_one_flow_of_subflows_and_a_rerun_does_no_stage_work(harness, demo, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.pipeline import pipeline_flow
+
+    lake = tmp_path / "lake"
+    state = pipeline_flow(inputs=[demo], lake=str(lake), return_state=True)
+    assert state.is_completed(), state.message
+    first = state.result()
+    assert list(first["stages"]) == ["ingest", "validate", "dedup", "label", "build"]
+    assert all(c["balanced"] for c in first["conservation"]), first["conservation"]
+    ingest = first["stages"]["ingest"]
+    assert ingest["records read"] == ingest["accepted"] + ingest["quarantined"] == 373
+    before = snapshot(lake)
+
+    with get_client(sync_client=True) as client:
+        parent = client.read_flow_run(state.state_details.flow_run_id)
+        runs = client.read_flow_runs()
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["pipeline-run", "run-report"])
+            )
+        )
+    children = [r for r in runs if r.parent_task_run_id is not None]
+    assert {r.flow_id for r in runs if r.id == parent.id} and len(children) >= 5
+    assert {a.key for a in arts} == {"pipeline-run", "run-report"}
+    page = Path(first["report"]).read_text()
+    for section in (
+        "Sources",
+        "Quarantine",
+        "Validation",
+        "Dedup",
+        "Pass rates",
+        "Dataset demo v1",
+    ):
+        assert f"<h2>{section}" in page
+    assert (Path(first["report"]).parent / "pass_rates.png").read_bytes()[:4] == b"\x89PNG"
+
+    again = pipeline_flow(inputs=[demo], lake=str(lake))
+    states = {k: v["state"] for k, v in again["stages"].items()}
+    assert states == {
+        "ingest": "Completed",  # hashes the six files and finds them all committed
+        "validate": "Cached",
+        "dedup": "Cached",
+        "label": "Cached",
+        "build": "Cached",
+    }
+    assert again["stages"]["ingest"]["new files"] == 0
+    assert snapshot(lake) == before  # not one byte of the lake changed, no v2 published
+
+
+def test_cache_hit_is_not_trusted_when_the_lake_lost_the_output(harness, demo, tmp_path):
+    from flows.pipeline import pipeline_flow
+
+    lake = tmp_path / "lake"
+    pipeline_flow(inputs=[demo], lake=str(lake), stages=["ingest", "validate", "dedup"])
+    want = snapshot(lake)
+    shutil.rmtree(lake / "tables/unique_questions")  # someone deletes a derived table
+    out = pipeline_flow(inputs=[demo], lake=str(lake), stages=["validate", "dedup"])
+    assert out["stages"]["validate"]["state"] == "Cached"
+    assert out["stages"]["dedup"]["state"] == "Completed"  # rebuilt, not served from cache
+    assert snapshot(lake) == want
+
+
+def test_changed_input_reruns_only_what_depends_on_it(harness, demo, tmp_path):
+    from flows.pipeline import pipeline_flow
+
+    inputs = tmp_path / "in"
+    shutil.copytree(demo, inputs)
+    lake = tmp_path / "lake"
+    pipeline_flow(inputs=[str(inputs)], lake=str(lake))
+    extra = inputs / "agent_runs" / "more.jsonl"
+    extra.write_text(
+        '{"messages": [{"role": "user", "content": "What is 17 * 3?"}, {"role": "assistant", "content": "51"}]}\n'
+    )
+    out = pipeline_flow(inputs=[str(inputs)], lake=str(lake))
+    assert out["stages"]["ingest"]["new files"] == 1
+    assert {out["stages"][s]["state"] for s in ("validate", "dedup", "label", "build")} == {
+        "Completed"
+    }
+    assert out["stages"]["validate"]["rows validated"] == 1  # only the new trajectory
+    assert all(c["balanced"] for c in out["conservation"])
+
+
+def test_served_deployments_register_and_a_triggered_run_completes(harness, demo, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL
+
+    landing = tmp_path / "landing"
+    shutil.copytree(demo, landing)
+    cfg = tmp_path / "deploy.toml"
+    cfg.write_text(
+        (Path(__file__).parents[1] / "flows/deployments.toml")
+        .read_text()
+        .replace('lake = "data/lake"', f'lake = "{tmp_path / "lake"}"')
+        .replace('landing = "data/landing"', f'landing = "{landing}"')
+        .replace('dataset = "default"', 'dataset = "nightly"')
+    )
+    env = os.environ | {"PREFECT_API_URL": PREFECT_API_URL.value()}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--config", str(cfg)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        names: set[str] = set()
+        deadline = time.time() + 120
+        while time.time() < deadline and len(names) < 4:
+            with get_client(sync_client=True) as client:
+                names = {d.name for d in client.read_deployments()}
+            time.sleep(1)
+        assert {"ingest", "curate", "label-build", "full"} <= names, names
+        with get_client(sync_client=True) as client:
+            deps = {d.name: d for d in client.read_deployments()}
+        assert deps["ingest"].schedules[0].schedule.cron == "*/5 * * * *"
+        assert deps["curate"].parameters["stages"] == ["validate", "dedup"]
+        run = run_deployment("pipeline/full", timeout=300)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        log = proc.communicate(timeout=30)[0].decode(errors="replace")
+    assert run.state.is_completed(), log[-3000:]
+    assert (tmp_path / "lake/datasets/nightly/v1/manifest.json").exists()
+    assert (tmp_path / "lake/tables/ingest_log").exists()
+
+
+def _flow_run(lake: Path, demo: str, api_url: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "run", "--lake", str(lake), "--inputs", demo],
+        env=os.environ | {"PREFECT_API_URL": api_url, "SOURCE_DATE_EPOCH": EPOCH},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+# Kill points: the first file a stage commits; the kill lands inside that stage or just after
+# it, and every later stage is still to run (each stage takes a second or more here).
+KILL_POINTS = {
+    "ingest": "tables/ingest_log/[!.]*.parquet",
+    "validate": "tables/validation/[!.]*.parquet",
+    "dedup": "tables/minhash_signatures/[!.]*.parquet",
+    "label": "tables/labels/[!.]*.parquet",
+}
+
+
+@pytest.fixture(scope="module")
+def reference(harness, demo, tmp_path_factory):
+    """An uninterrupted run, through the same CLI subprocess as the killed ones."""
+    from prefect.settings import PREFECT_API_URL
+
+    lake = tmp_path_factory.mktemp("reference") / "lake"
+    proc = _flow_run(lake, demo, PREFECT_API_URL.value())
+    assert proc.wait(timeout=300) == 0
+    return snapshot(lake)
+
+
+@pytest.mark.parametrize("stage", list(KILL_POINTS))
+def test_kill_9_during_a_stage_then_rerun_equals_an_uninterrupted_run(
+    harness, demo, reference, tmp_path, stage
+):
+    from prefect.settings import PREFECT_API_URL
+
+    lake = tmp_path / "lake"
+    proc = _flow_run(lake, demo, PREFECT_API_URL.value())
+    deadline = time.time() + 300
+    while (
+        time.time() < deadline and proc.poll() is None and not list(lake.glob(KILL_POINTS[stage]))
+    ):
+        time.sleep(0.005)
+    assert proc.poll() is None, f"the run ended before reaching {stage}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert snapshot(lake) != reference  # it really stopped short
+    rerun = _flow_run(lake, demo, PREFECT_API_URL.value())
+    assert rerun.wait(timeout=300) == 0
+    assert snapshot(lake) == reference
+    assert not [p for p in lake.rglob(".tmp-*")]
+
+
+def test_local_dask_cluster_gives_the_same_lake_as_threads(harness, demo, tmp_path):
+    from flows.pipeline import pipeline_flow
+
+    threads = pipeline_flow(inputs=[demo], lake=str(tmp_path / "threads"), runner="threads")
+    dask = pipeline_flow(inputs=[demo], lake=str(tmp_path / "dask"), runner="dask", workers=2)
+    assert snapshot(tmp_path / "dask") == snapshot(tmp_path / "threads")
+    assert dask["conservation"] == threads["conservation"]

@@ -84,7 +84,7 @@ def _summary(stage: str, out: dict) -> dict[str, Any]:
     if stage == "build":
         return {
             "dataset": f"{out['name']} v{out['version']}"
-            + (" (unchanged)" if out["unchanged"] else ""),
+            + (" (unchanged)" if out["unchanged"] or out.get("state") == "Cached" else ""),
             "rl rows": out["rl"]["rows"],
             "sft rows": out["sft"]["rows"],
         }

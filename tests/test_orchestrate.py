@@ -255,3 +255,84 @@ def test_local_dask_cluster_gives_the_same_lake_as_threads(harness, demo, tmp_pa
     dask = pipeline_flow(inputs=[demo], lake=str(tmp_path / "dask"), runner="dask", workers=2)
     assert snapshot(tmp_path / "dask") == snapshot(tmp_path / "threads")
     assert dask["conservation"] == threads["conservation"]
+
+
+def test_prefect_yaml_deploys_the_same_deployments_as_the_serve_config(harness, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.settings import PREFECT_API_URL
+
+    from flows.deployments import load
+
+    repo = Path(__file__).parents[1]
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="flow-pool", type="process"))
+    env = os.environ | {"PREFECT_API_URL": PREFECT_API_URL.value(), "FLOW_REPO": str(repo)}
+    res = subprocess.run(
+        [str(Path(sys.executable).with_name("prefect")), "--no-prompt", "deploy", "--all"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    with get_client(sync_client=True) as client:
+        deployed = {d.name: d for d in client.read_deployments() if d.work_pool_name == "flow-pool"}
+    served = {d.name: d for d in load(repo / "flows/deployments.toml", base=tmp_path)}
+    assert set(deployed) == set(served)
+    for name, d in served.items():
+        crons = [s.schedule.cron for s in deployed[name].schedules]
+        assert crons == ([d.cron] if d.cron else []), name
+        params = deployed[name].parameters
+        assert params["stages"] == d.stages and params["dataset"] == d.parameters["dataset"]
+        assert params["write_run_report"] == d.parameters["write_run_report"]
+        assert ("inputs" in params) == ("inputs" in d.parameters)
+
+
+class FlakyFS:
+    """An in-memory filesystem whose first writes fail with EIO: a storage hiccup."""
+
+    failures = 0
+
+
+def test_transient_storage_errors_are_retried_and_permanent_ones_fail_with_the_stage_name(
+    harness, demo, tmp_path
+):
+    import errno
+
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    from flows.caching import retry_transient  # noqa: F401 - the condition under test
+    from flows.pipeline import StageFailed, pipeline_flow
+    from pipeline.transient import TransientError, is_transient
+
+    class Flaky(MemoryFileSystem):
+        protocol = "flaky"
+        root_marker = "/"
+
+        def _open(self, path, mode="rb", **kw):
+            if "w" in mode and FlakyFS.failures > 0:
+                FlakyFS.failures -= 1
+                raise OSError(errno.EIO, "injected storage failure", path)
+            return super()._open(path, mode, **kw)
+
+    fsspec.register_implementation("flaky", Flaky, clobber=True)
+    FlakyFS.failures = 2
+    out = pipeline_flow(
+        inputs=[demo], lake="flaky://lake", stages=["ingest"], write_run_report=False
+    )
+    assert FlakyFS.failures == 0  # both injected failures happened, and were retried
+    assert out["stages"]["ingest"]["records read"] == 373
+    assert out["stages"]["ingest"]["accepted"] + out["stages"]["ingest"]["quarantined"] == 373
+
+    assert is_transient(TimeoutError()) and is_transient(TransientError("engine did not start"))
+    assert not is_transient(FileNotFoundError()) and not is_transient(ValueError())
+    with pytest.raises(StageFailed, match=r"stage label failed: .*not-a-model"):
+        pipeline_flow(
+            lake=str(tmp_path / "lake"),
+            stages=["label"],
+            policy=str(tmp_path / "not-a-model"),
+            write_run_report=False,
+        )

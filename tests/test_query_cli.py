@@ -4,6 +4,7 @@ renders trajectories, and `flow run` works on a fresh folder with its demo defau
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -111,9 +112,15 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     assert (tmp_path / "data/demo").is_dir() and (
         tmp_path / "data/lake/tables/trajectories"
     ).is_dir()
-    assert "records read 373 = accepted 368 + quarantined 5" in res.output
-    # validation ran too: three planted error rows quarantined, one flagged
-    assert "no_hallucinated_tool" in res.output and "reports/validation/index.html" in res.output
+    assert "records read=373, accepted=368, quarantined=5" in res.output
+    # one flow run: the stage table, the counts that add up, and the run report's path
+    for stage in ("ingest", "validate", "dedup", "label", "build"):
+        assert f"│ {stage} " in res.output
+    assert "False" not in res.output.split("counts per stage")[1].split("sample query")[0]
+    report = Path(res.output.split("report: ")[1].split()[0])
+    page = report.read_text()
+    # validation ran too: three planted error rows quarantined, one flagged; Data Docs linked
+    assert "no_hallucinated_tool" in page and "reports/validation/index.html" in page
     q = json.loads(
         runner.invoke(
             app,
@@ -127,7 +134,7 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     )
     assert q == [{"stage": "ingest", "n": 5}, {"stage": "validate", "n": 3}]
     # dedup ran: the duplicated demo trajectory maps to its representative
-    assert "dedup (" in res.output
+    assert "trajectories kept=120" in res.output
     d = json.loads(
         runner.invoke(
             app,
@@ -142,16 +149,14 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     assert {"method": "exact", "n": 1} in d
     # labels and a dataset: the demo attempts spread over every pass rate
     assert (
-        "dataset demo v1" in res.output
+        "dataset=demo v1," in res.output
         and (tmp_path / "data/lake/datasets/demo/v1/manifest.json").exists()
     )
     assert (tmp_path / "data/lake/datasets/demo/v1/pyramid.png").read_bytes()[:4] == b"\x89PNG"
     again = runner.invoke(app, ["run"])
-    assert (
-        "records read 0 = accepted 0 + quarantined 0" in again.output
-        and "unchanged 6" in again.output
-    )
-    assert "dataset demo v1 (unchanged)" in again.output  # nothing new: no new version
+    assert "new files=0, records read=0" in again.output
+    assert again.output.count("Cached") == 4  # validate, dedup, label, build: no stage work
+    assert "dataset=demo v1 (unchanged)" in again.output  # nothing new: no new version
     assert not (tmp_path / "data/lake/datasets/demo/v2").exists()
     # the pipeline ends in training: flow train on the published dataset, resumable, evaluated
     args = [

@@ -7,7 +7,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
-from flows.progress import report
+from flows.progress import locked, report
 from pipeline.build import BuildConfig, build
 from pipeline.lake import Lake
 from pipeline.select import SelectConfig
@@ -44,6 +44,7 @@ def build_task(root: str, config: BuildConfig, fingerprint: str, code: str) -> d
 
 
 @flow(name="build")
+@locked
 def build_flow(
     lake: str | None = None,
     name: str = "default",

@@ -108,7 +108,9 @@ def _run_ingest(
 
     def hook(event: str, payload: Any) -> None:
         nonlocal task_id
-        if event == "start":
+        if event == "wait":
+            err.print(f"[yellow]{payload}[/yellow]")
+        elif event == "start":
             task_id = progress.add_task("", total=payload["files"])
         elif event == "file" and task_id is not None:
             progress.update(task_id, advance=1, description=Path(payload["path"]).name[-40:])
@@ -615,7 +617,9 @@ def run(
         files = {"n": 0, "total": 0}
 
         def hook(event: str, payload: Any) -> None:
-            if event == "stage":
+            if event == "wait":
+                err.print(f"[yellow]{payload}[/yellow]")
+            elif event == "stage":
                 status.update(f"{payload}…")
             elif event == "start":
                 files["total"] = payload["files"]
@@ -692,6 +696,11 @@ def serve(
 
 def main() -> None:
     """The console script: the CLI, with a clear message when Prefect's local server cannot start."""
+    from flows.progress import set_hook
+
+    set_hook(
+        lambda event, payload: err.print(f"[yellow]{payload}[/yellow]") if event == "wait" else None
+    )
     try:
         app()
     except RuntimeError as e:

@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached, stage_fingerprint
-from flows.progress import report
+from flows.progress import locked, report
 from pipeline.dedup import DedupConfig, DedupResult, dedup
 from pipeline.dedup.stage import run_signature_job, signature_jobs
 from pipeline.fingerprint import code_version
@@ -75,6 +75,7 @@ def markdown(result: DedupResult) -> str:
 
 
 @flow(name="dedup")
+@locked
 def dedup_flow(
     lake: str | None = None,
     threshold: float = 0.8,

@@ -1,5 +1,5 @@
-"""The ``ingest`` flow: files hashed and ingested as tasks mapped over the task runner (threads,
-processes, a Dask or Ray cluster), a table artifact of per-file counts.
+"""The ``ingest`` flow: files hashed and ingested in partitions mapped over the task runner
+(threads, processes, a Dask or Ray cluster), a table artifact of per-file counts.
 
 The lake is the cache: a file whose content hash is committed in ``ingest_log`` is skipped
 (``unchanged``). Files that share content within one run are ingested once, first by path;
@@ -14,7 +14,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.caching import RETRIES
-from flows.progress import report
+from flows.progress import locked, report
 from pipeline.ingest.stage import (
     FileReport,
     IngestConfig,
@@ -32,25 +32,47 @@ def _as_dict(r: FileReport) -> dict:
     return d
 
 
-@task(name="hash-file", cache_policy=NO_CACHE, task_run_name="hash {path}", **RETRIES)
-def hash_task(path: str) -> tuple[str, int]:
-    return file_sha256(path)
+def partitions(files: list, max_files: int = 32, max_bytes: int = 256 << 20) -> list[list[int]]:
+    """Consecutive groups of file indexes, each at most ``max_files`` files or ``max_bytes``: the
+    unit of mapped work (one Prefect task per file would cost more than small files do)."""
+    import fsspec
+
+    groups: list[list[int]] = [[]]
+    size = 0
+    for i, (path, _) in enumerate(files):
+        n = fsspec.core.url_to_fs(path)[0].size(path) or 0
+        if groups[-1] and (len(groups[-1]) >= max_files or size + n > max_bytes):
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += n
+    return [g for g in groups if g]
 
 
-@task(name="ingest-file", cache_policy=NO_CACHE, task_run_name="ingest {path}", **RETRIES)
-def ingest_file_task(
-    path: str,
+@task(name="hash-files", cache_policy=NO_CACHE, **RETRIES)
+def hash_task(paths: list[str]) -> list[tuple[str, int]]:
+    return [file_sha256(p) for p in paths]
+
+
+@task(name="ingest-files", cache_policy=NO_CACHE, **RETRIES)
+def ingest_task(
+    items: list[tuple[str, str | None, tuple[str, int]]],
     root: str,
     config: IngestConfig,
     registry: Registry,
-    default_source: str | None,
-    digest: tuple[str, int],
-) -> dict:
-    return _as_dict(ingest_file(path, Lake(root), config, registry, default_source, digest=digest))
+) -> list[dict]:
+    """Files of one partition, one after the other; each commits on its own, so a retry or a
+    rerun skips those already committed."""
+    lake = Lake(root)
+    return [
+        _as_dict(ingest_file(path, lake, config, registry, source, digest=digest))
+        for path, source, digest in items
+    ]
 
 
 def _ingest_all(lk: Lake, files: list, config: IngestConfig, digests: list) -> list[dict]:
-    """First copies of each content in parallel, then the later copies (now ``unchanged``)."""
+    """First copies of each content in parallel partitions, then the later copies (which find
+    their content committed and report the file they match)."""
     seen: set[str] = set()
     first, later = [], []
     for (path, src), d in zip(files, digests, strict=True):
@@ -60,22 +82,19 @@ def _ingest_all(lk: Lake, files: list, config: IngestConfig, digests: list) -> l
     for batch in (first, later):
         if not batch:
             continue
-        futures = ingest_file_task.map(
-            [p for p, _, _ in batch],
-            unmapped(lk.root),
-            unmapped(config),
-            unmapped(Registry(lk)),
-            [s for _, s, _ in batch],
-            [d for _, _, d in batch],
+        groups = [[batch[i] for i in g] for g in partitions([(p, s) for p, s, _ in batch])]
+        futures = ingest_task.map(
+            groups, unmapped(lk.root), unmapped(config), unmapped(Registry(lk))
         )
         for f in futures:
-            r = f.result()
-            reports[r["path"]] = r
-            report("file", r)
+            for r in f.result():
+                reports[r["path"]] = r
+                report("file", r)
     return [reports[p] for p, _ in files]
 
 
 @flow(name="ingest", log_prints=False)
+@locked
 def ingest_flow(
     paths: list[str],
     lake: str | None = None,
@@ -89,7 +108,8 @@ def ingest_flow(
     lk.remove_temp_files()
     files = discover(paths)
     report("start", {"files": len(files)})
-    digests = [f.result() for f in hash_task.map([p for p, _ in files])]
+    groups = [[files[i][0] for i in g] for g in partitions(files)]
+    digests = [d for f in hash_task.map(groups) for d in f.result()]
     reports = _ingest_all(lk, files, config, digests)
     totals: dict[str, int] = {}
     for r in reports:

@@ -7,7 +7,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
-from flows.progress import report
+from flows.progress import locked, report
 from pipeline.label import LabelConfig, label, pass_rate_histogram
 from pipeline.lake import Lake
 from pipeline.rollout.engines import Sampling
@@ -25,6 +25,7 @@ def label_task(root: str, config: LabelConfig, fingerprint: str, code: str) -> d
 
 
 @flow(name="label")
+@locked
 def label_flow(
     lake: str | None = None,
     policy: str | None = None,

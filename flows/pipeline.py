@@ -20,7 +20,7 @@ from flows.build import build_flow
 from flows.dedup import dedup_flow
 from flows.ingest import ingest_flow
 from flows.label import label_flow
-from flows.progress import report
+from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
 from pipeline.lake import Lake, resolve_root
@@ -114,6 +114,7 @@ def _stage(stage: str, fn: Any, results: dict, rows: dict, **params: Any) -> dic
 
 
 @flow(name="pipeline")
+@locked
 def pipeline_flow(
     inputs: list[str] | None = None,
     lake: str | None = None,

@@ -18,3 +18,39 @@ def set_hook(fn: Callable[[str, Any], None] | None) -> None:
 def report(event: str, payload: Any = None) -> None:
     if _hook is not None:
         _hook(event, payload)
+
+
+def writer_lock(lake: Any, timeout: float | None = None) -> Any:
+    """The lake's writer lock, announcing a wait (to the CLI hook and the flow run's log)."""
+
+    def on_wait(holder: str) -> None:
+        msg = f"waiting for the lake lock on {lake.root}: held by {holder}"
+        report("wait", msg)
+        try:
+            from prefect import get_run_logger
+
+            get_run_logger().warning(msg)
+        except Exception:  # noqa: BLE001 - outside a run there is no run logger
+            pass
+
+    return lake.lock(timeout=timeout, on_wait=on_wait)
+
+
+def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a flow function holding the writer lock of its ``lake`` parameter (reentrant, so the
+    pipeline flow and its stage subflows share one hold)."""
+    import functools
+    import inspect
+
+    from pipeline.lake import Lake
+
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        with writer_lock(Lake(bound.arguments.get("lake"))):
+            return fn(*args, **kwargs)
+
+    return wrapper

@@ -9,7 +9,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
-from flows.progress import report
+from flows.progress import locked, report
 from pipeline.lake import Lake
 from pipeline.validate import ValidateConfig, summary_markdown, validate
 from schemas.expectations import Limits
@@ -31,6 +31,7 @@ def validate_task(root: str, config: ValidateConfig, fingerprint: str, code: str
 
 
 @flow(name="validate")
+@locked
 def validate_flow(
     lake: str | None = None,
     tables: list[str] | None = None,

@@ -125,7 +125,9 @@ def rollout_labels(
     policy = config.policy
     assert policy is not None
     if not Path(policy).is_dir():
-        raise FileNotFoundError(f"policy folder {policy} does not exist (hub names need a download)")
+        raise FileNotFoundError(
+            f"policy folder {policy} does not exist (hub names need a download)"
+        )
     revision = model_revision(policy)
     key = config.config_key()
     done = set()

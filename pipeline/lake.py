@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -27,6 +27,25 @@ from schemas import TABLES
 
 DEFAULT_LAKE = "data/lake"
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
+
+
+class LakeBusy(RuntimeError):
+    """Another writer holds the lake's lock and the wait timed out."""
+
+
+_HELD: dict[str, int] = {}
+
+
+def _read_holder(path: str) -> str:
+    try:
+        with open(path + ".holder") as f:
+            return f.read().strip() or "unknown holder"
+    except OSError:
+        return "unknown holder"
+
+
+def run_clock() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def run_time() -> datetime:
@@ -72,6 +91,56 @@ class Lake:
         if "/" in part or part.startswith("."):
             raise ValueError(f"invalid part name {part!r}")
         return f"{self.table_dir(table)}/{part}.parquet"
+
+    # ---- one writer at a time ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(
+        self, timeout: float | None = None, on_wait: Callable[[str], None] | None = None
+    ) -> Iterator[None]:
+        """Hold the lake's writer lock: an exclusive OS lock on ``ROOT/.lock``, released by the
+        kernel when the holder exits, even by kill -9, so it never goes stale. Reentrant within a
+        process. A second writer waits (``on_wait`` gets who holds it) up to ``timeout`` seconds,
+        then raises ``LakeBusy``. Remote lakes have no lock: give each writer its own root or run
+        one scheduler (``flow serve --limit 1``)."""
+        if not self.is_local:
+            yield
+            return
+        from filelock import FileLock, Timeout
+
+        os.makedirs(self._base, exist_ok=True)
+        path = os.path.join(self._base, ".lock")
+        held = _HELD.get(path, 0)
+        if held:
+            _HELD[path] = held + 1
+            try:
+                yield
+            finally:
+                _HELD[path] -= 1
+            return
+        lock = FileLock(path, thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            holder = _read_holder(path)
+            if on_wait:
+                on_wait(holder)
+            try:
+                lock.acquire(timeout=-1 if timeout is None else timeout)
+            except Timeout:
+                raise LakeBusy(
+                    f"{self.root} is locked by another writer ({holder}); waited {timeout} s"
+                ) from None
+        info = path + ".holder"
+        with open(info, "w") as f:
+            f.write(f"pid {os.getpid()} on {os.uname().nodename} since {run_clock()}")
+        _HELD[path] = 1
+        try:
+            yield
+        finally:
+            _HELD.pop(path, None)
+            with contextlib.suppress(OSError):
+                os.remove(info)
+            lock.release()
 
     # ---- listing and reading -----------------------------------------------------------------
     def parts(self, table: str) -> list[str]:

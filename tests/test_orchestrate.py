@@ -248,6 +248,58 @@ def test_kill_9_during_a_stage_then_rerun_equals_an_uninterrupted_run(
     assert not [p for p in lake.rglob(".tmp-*")]
 
 
+def test_two_runs_at_once_on_one_lake_neither_corrupt_nor_duplicate(
+    harness, demo, reference, tmp_path
+):
+    from prefect.settings import PREFECT_API_URL
+
+    lake = tmp_path / "lake"
+    env = os.environ | {"PREFECT_API_URL": PREFECT_API_URL.value(), "SOURCE_DATE_EPOCH": EPOCH}
+    cmd = [sys.executable, "-m", "flows.cli", "run", "--lake", str(lake), "--inputs", demo]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300)[0].decode(errors="replace") for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    waited = [o for o in outs if "waiting for the lake lock" in o]
+    assert len(waited) == 1 and "held by pid" in waited[0]
+    assert "dataset=demo v1 (unchanged)" in waited[0]  # the second found the work done
+    assert snapshot(lake) == reference
+    assert not (lake / "datasets/demo/v2").exists()
+
+
+def test_lock_wait_times_out_with_a_clear_error(tmp_path):
+    from pipeline.lake import Lake, LakeBusy
+
+    lake = Lake(str(tmp_path / "lake"))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pipeline.lake import Lake\n"
+            "with Lake(sys.argv[1]).lock():\n    print('held', flush=True); time.sleep(60)",
+            lake.root,
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        seen = []
+        with (
+            pytest.raises(LakeBusy, match=rf"locked by another writer \(pid {holder.pid} "),
+            lake.lock(timeout=0.5, on_wait=seen.append),
+        ):
+            pass
+        assert seen and f"pid {holder.pid}" in seen[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel released it with the killed holder (never stale); and it is reentrant
+    with lake.lock(timeout=5), lake.lock(timeout=0):
+        pass
+
+
 def test_local_dask_cluster_gives_the_same_lake_as_threads(harness, demo, tmp_path):
     from flows.pipeline import pipeline_flow
 

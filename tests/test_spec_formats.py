@@ -138,45 +138,48 @@ def test_anthropic_messages(tmp_path):
     assert json.loads(rows[0]["tools"])[0]["function"]["parameters"] == WEATHER["parameters"]
 
 
+RESPONSES_RECORD = {
+    "model": "gpt-x",
+    "instructions": "Use tools.",
+    "tools": [{"type": "function", **WEATHER}],
+    "input": [
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Paris and Rome?"}],
+        }
+    ],
+    "output": [
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "two lookups"}],
+        },
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+        },
+        {
+            "type": "function_call",
+            "call_id": "c2",
+            "name": "get_weather",
+            "arguments": '{"city": "Rome"}',
+        },
+        {"type": "function_call_output", "call_id": "c2", "output": "19"},
+        {"type": "function_call_output", "call_id": "c1", "output": "12"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Paris 12, Rome 19."}],
+        },
+    ],
+}
+
+
 def test_openai_responses_items(tmp_path):
-    rec = {
-        "model": "gpt-x",
-        "instructions": "Use tools.",
-        "tools": [{"type": "function", **WEATHER}],
-        "input": [
-            {
-                "type": "message",
-                "role": "user",
-                "content": [{"type": "input_text", "text": "Paris and Rome?"}],
-            }
-        ],
-        "output": [
-            {
-                "type": "reasoning",
-                "id": "rs_1",
-                "summary": [{"type": "summary_text", "text": "two lookups"}],
-            },
-            {
-                "type": "function_call",
-                "call_id": "c1",
-                "name": "get_weather",
-                "arguments": '{"city": "Paris"}',
-            },
-            {
-                "type": "function_call",
-                "call_id": "c2",
-                "name": "get_weather",
-                "arguments": '{"city": "Rome"}',
-            },
-            {"type": "function_call_output", "call_id": "c2", "output": "19"},
-            {"type": "function_call_output", "call_id": "c1", "output": "12"},
-            {
-                "type": "message",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": "Paris 12, Rome 19."}],
-            },
-        ],
-    }
+    rec = RESPONSES_RECORD
     report, rows = ingest_one(tmp_path, "responses.jsonl", [rec])
     assert report.reader == "openai_responses"
     m = rows[0]["messages"]
@@ -202,7 +205,8 @@ def _span(trace: str, span: str, end: int, attrs: dict) -> dict:
     }
 
 
-def test_otel_genai_spans(tmp_path):
+def otel_record() -> dict:
+    """Three spans of one agent trace (chat, tool, chat) and an embeddings-only trace."""
     first_in = [{"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]}]
     call = {
         "role": "assistant",
@@ -266,9 +270,15 @@ def test_otel_genai_spans(tmp_path):
             {"resource": {}, "scopeSpans": [{"scope": {"name": "demo"}, "spans": spans}]}
         ]
     }
+    return rec
+
+
+def test_otel_genai_spans(tmp_path):
+    rec = otel_record()
     report, rows = ingest_one(tmp_path, "otel.jsonl", [rec])
     # trace t2 has no chat span: the whole record is quarantined (all or nothing per record)
     assert report.reader == "otel_genai" and report.reasons == {"missing_field": 1}
+    spans = rec["resourceSpans"][0]["scopeSpans"][0]["spans"]
     ok = {"resourceSpans": [{"scopeSpans": [{"spans": spans[:3]}]}]}
     report, rows = ingest_one(tmp_path / "2", "otel.jsonl", [ok])
     m = rows[0]["messages"]

@@ -215,16 +215,20 @@ def _lr_lambda(warmup: int):
 
 
 def _rng_state() -> dict:
+    """Plain ints, lists and tensors only, so the checkpoint loads with ``weights_only=True``
+    (no pickle of arbitrary objects when resuming from a folder someone else wrote)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
         "torch": torch.get_rng_state(),
     }
 
 
 def _set_rng_state(s: dict) -> None:
     random.setstate(s["python"])
-    np.random.set_state(s["numpy"])
+    name, keys, pos, has_gauss, gauss = s["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(s["torch"])
 
 
@@ -270,7 +274,7 @@ def train(
     stream = Prompts(rows, config.seed + 1_000_003 * rank)
     start, ent_coef = 0, config.ent_coef
     if resume:
-        state = torch.load(latest / "trainer_state.pt", weights_only=False)
+        state = torch.load(latest / "trainer_state.pt", weights_only=True)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])

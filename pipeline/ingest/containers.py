@@ -10,6 +10,7 @@ anything else is one JSON document.
 from __future__ import annotations
 
 import io
+import reprlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,11 @@ from pipeline.ingest.errors import Reason, RecordError
 
 COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
 SUPPORTED_SUFFIXES = (".jsonl", ".ndjson", ".json", ".traj", ".parquet")
+
+
+_SHORT_REPR = reprlib.Repr()  # bounded depth and size (3.11's Repr takes no arguments)
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 50, 10_000, 1_000
+_SHORT_REPR.maxlist = _SHORT_REPR.maxdict = 1_000
 
 
 @dataclass(slots=True)
@@ -39,8 +45,8 @@ class RawRecord:
             return ""
         try:
             return orjson.dumps(self.value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
-        except TypeError:
-            return repr(self.value)
+        except (TypeError, RecursionError):  # too deep for JSON: a bounded repr, never a crash
+            return _SHORT_REPR.repr(self.value)
 
 
 def strip_compression(path: str) -> tuple[str, str | None]:
@@ -110,18 +116,29 @@ def _decode_error(line: bytes) -> RecordError:
 def iter_jsonl(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
     """One record per non-blank line; the index is the 0-based line number."""
     with open_binary(path) as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            if len(line) > max_record_bytes:
+        i = -1
+        while line := f.readline(max_record_bytes + 1):
+            i += 1
+            if len(line) > max_record_bytes and not line.endswith(b"\n"):
+                # Too long: keep its first MiB for the quarantine row, skip the rest unread
+                # into memory, so one huge line costs max_record_bytes, not its size.
+                size, head = len(line), line[: 1 << 20]
+                del line
+                while chunk := f.readline(1 << 24):
+                    size += len(chunk)
+                    if chunk.endswith(b"\n"):
+                        break
                 yield RawRecord(
                     i,
-                    raw=line,
+                    raw=head,
+                    size=size,
                     error=RecordError(
                         Reason.RECORD_TOO_LARGE,
-                        f"{len(line)} bytes > max_record_bytes={max_record_bytes}",
+                        f"{size} bytes > max_record_bytes={max_record_bytes}",
                     ),
                 )
+                continue
+            if not line.strip():
                 continue
             try:
                 yield RawRecord(i, orjson.loads(line), raw=line)
@@ -129,23 +146,54 @@ def iter_jsonl(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
                 yield RawRecord(i, raw=line, error=_decode_error(line))
 
 
+MAX_DEPTH = 1024  # nesting levels of one record: orjson's limit, applied to JSON arrays too
+
+
 def iter_json_array(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
-    """Elements of a top-level JSON array, parsed incrementally (ijson); the index is the element
-    position. A syntax error ends the stream: the rest of the file becomes one quarantine row."""
+    """Elements of a top-level JSON array, parsed incrementally from ijson's basic events (no
+    path prefixes, whose cost grows with the square of the nesting); the index is the element
+    position. An element nested deeper than ``MAX_DEPTH`` is skipped unbuilt and quarantined; a
+    syntax error ends the stream: the rest of the file becomes one quarantine row."""
     i = 0
     with open_binary(path) as f:
         try:
-            for i, value in enumerate(ijson.items(f, "item", use_float=True)):  # noqa: B007
-                yield RawRecord(i, value)
-            return
+            events = ijson.basic_parse(f, use_float=True)
+            next(events, None)  # the opening '[' (the container was sniffed as an array)
+            depth, builder, too_deep = 1, None, False
+            for event, value in events:
+                if event in ("start_map", "start_array"):
+                    depth += 1
+                elif event in ("end_map", "end_array"):
+                    depth -= 1
+                    if depth == 0:
+                        return  # the closing ']'
+                if not too_deep:
+                    if depth > MAX_DEPTH:
+                        too_deep, builder = True, None
+                    else:
+                        builder = builder or ijson.common.ObjectBuilder()
+                        builder.event(event, value)
+                if depth == 1:  # an element ends here
+                    if too_deep:
+                        yield RawRecord(
+                            i,
+                            raw=b"",
+                            error=RecordError(
+                                Reason.TOO_DEEP, f"element nested deeper than {MAX_DEPTH} levels"
+                            ),
+                        )
+                    elif builder is not None:
+                        yield RawRecord(i, builder.value)
+                    i, builder, too_deep = i + 1, None, False
+            raise ValueError("the array is not closed")
         except (ijson.JSONError, UnicodeDecodeError, ValueError) as e:
             reason = (
                 Reason.INVALID_UTF8 if isinstance(e, UnicodeDecodeError) else Reason.TRUNCATED_JSON
             )
             yield RawRecord(
-                i + 1 if i else 0,
+                i,
                 raw=b"",
-                error=RecordError(reason, f"JSON array broken after element {i}: {e}"),
+                error=RecordError(reason, f"JSON array broken after element {i - 1}: {e}"),
             )
 
 

@@ -11,6 +11,9 @@ class Reason(StrEnum):
     TRUNCATED_JSON = "truncated_json"  # a JSON array/object that ends early; rest of file lost
     NOT_AN_OBJECT = "not_an_object"  # a record that is not a JSON object
     RECORD_TOO_LARGE = "record_too_large"
+    TOO_DEEP = (
+        "too_deep"  # nested deeper than MAX_DEPTH (JSON arrays; orjson's own limit elsewhere)
+    )
     UNKNOWN_FORMAT = "unknown_format"  # no reader recognizes the record
     MISSING_FIELD = "missing_field"
     WRONG_TYPE = "wrong_type"

@@ -1,0 +1,192 @@
+"""The fuzzing harness shared by tests/test_fuzz.py and bench/fuzz.py: real sample records per
+reader, byte-level mutations, and the invariant check of one ingest."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import orjson
+
+from pipeline.ingest import IngestConfig, ingest
+from pipeline.ingest.containers import iter_records, sniff_container
+from pipeline.ingest.registry import detect
+from pipeline.ingest.stage import FileReport, discover
+from pipeline.lake import Lake
+from pipeline.query import query
+
+PINNED_NOW = None  # ingest time does not matter here
+
+
+def sample_records(*folders: Path) -> dict[str, tuple[str, bytes]]:
+    """The first record of the first file each reader detects: {reader: (suffix, bytes)}."""
+    out: dict[str, tuple[str, bytes]] = {}
+    for path, _ in discover([str(f) for f in folders if f.is_dir()]):
+        try:
+            container = sniff_container(path, 64 << 20)
+            rec = next(
+                (r for r in iter_records(path, container, 64 << 20) if r.error is None), None
+            )
+        except Exception:  # noqa: BLE001 - an unreadable file has no sample
+            continue
+        if rec is None:
+            continue
+        reader = detect(rec.value, path)
+        if reader is None or reader.name in out:
+            continue
+        if reader.whole_file:
+            data = Path(path).read_bytes()
+            if path.endswith(".gz"):
+                data = gzip.decompress(data)
+            if len(data) > 2 << 20:
+                continue
+            out[reader.name] = (Path(path.removesuffix(".gz")).suffix or ".json", data)
+        else:
+            out[reader.name] = (".jsonl", orjson.dumps(rec.value))
+    return out
+
+
+# ---- mutations: bytes -> bytes -------------------------------------------------------------
+
+
+def _truncate(b: bytes, rng: random.Random) -> bytes:
+    return b[: rng.randrange(len(b) + 1)]
+
+
+def _bitflip(b: bytes, rng: random.Random) -> bytes:
+    if not b:
+        return b
+    i = rng.randrange(len(b))
+    return b[:i] + bytes([b[i] ^ (1 << rng.randrange(8))]) + b[i + 1 :]
+
+
+WRONG = [0, -1, 2**80, 1.5, float("inf"), True, None, "", "x", [], {}, [None], {"": None}]
+
+
+def _paths(v: object, path: tuple = ()) -> list[tuple]:
+    out = [path]
+    if isinstance(v, dict):
+        for k, x in v.items():
+            out += _paths(x, (*path, k))
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            out += _paths(x, (*path, i))
+    return out
+
+
+def _set(v: object, path: tuple, new: object) -> object:
+    if not path:
+        return new
+    v[path[0]] = _set(v[path[0]], path[1:], new)  # type: ignore[index]
+    return v
+
+
+def _parse(b: bytes) -> object | None:
+    try:
+        return orjson.loads(b)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _dump(v: object) -> bytes:
+    return orjson.dumps(v, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _retype(b: bytes, rng: random.Random) -> bytes:
+    v = _parse(b)
+    if v is None:
+        return b
+    path = rng.choice(_paths(v))
+    new = rng.choice(WRONG)
+    if isinstance(new, int) and abs(new) > 2**63:
+        # orjson refuses big ints: splice the literal in by hand
+        marker = "__BIG__"
+        return _dump(_set(v, path, marker)).replace(f'"{marker}"'.encode(), str(new).encode())
+    if new == float("inf"):
+        return _dump(_set(v, path, "__INF__")).replace(b'"__INF__"', b"Infinity")
+    return _dump(_set(v, path, new))
+
+
+def _deep(b: bytes, rng: random.Random) -> bytes:
+    n = rng.choice([100, 1_000, 10_000, 100_000])
+    v = _parse(b)
+    if v is None or not isinstance(v, dict) or not v:
+        return b"[" * n + b + b"]" * n
+    key = rng.choice(sorted(v))
+    marker = "__DEEP__"
+    v[key] = marker
+    return _dump(v).replace(f'"{marker}"'.encode(), b"[" * n + b"{}" + b"]" * n)
+
+
+def _huge_string(b: bytes, rng: random.Random) -> bytes:
+    v = _parse(b)
+    size = rng.choice([1 << 16, 1 << 20, 3 << 20])
+    if v is None:
+        return b + b"x" * size
+    strings = [p for p in _paths(v) if isinstance(_get(v, p), str)] or [()]
+    return _dump(_set(v, rng.choice(strings), "y" * size))
+
+
+def _get(v: object, path: tuple) -> object:
+    for k in path:
+        v = v[k]  # type: ignore[index]
+    return v
+
+
+def _invalid_utf8(b: bytes, rng: random.Random) -> bytes:
+    i = rng.randrange(len(b) + 1)
+    return b[:i] + rng.choice([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]) + b[i:]
+
+
+def _nul(b: bytes, rng: random.Random) -> bytes:
+    v = _parse(b)
+    if v is not None and rng.random() < 0.5:
+        strings = [p for p in _paths(v) if isinstance(_get(v, p), str)]
+        if strings:
+            p = rng.choice(strings)
+            return _dump(_set(v, p, _get(v, p) + "\x00tail\u0000"))
+    i = rng.randrange(len(b) + 1)
+    return b[:i] + b"\x00" * rng.randint(1, 8) + b[i:]
+
+
+MUTATIONS = {
+    "truncate": _truncate,
+    "bitflip": _bitflip,
+    "retype": _retype,
+    "deep": _deep,
+    "huge_string": _huge_string,
+    "invalid_utf8": _invalid_utf8,
+    "nul": _nul,
+}
+
+
+def mutate(data: bytes, ops: list[str], seed: int) -> bytes:
+    rng = random.Random(seed)
+    for op in ops:
+        try:
+            data = MUTATIONS[op](data, rng)
+        except (TypeError, ValueError, RecursionError):  # too deep to re-serialize: wrap bytes
+            data = b"[" * 1000 + data + b"]" * 1000
+    return data
+
+
+# ---- the invariant ---------------------------------------------------------------------------
+
+
+def check_ingest(folder: Path, data: bytes, suffix: str, fmt: str | None = None) -> FileReport:
+    """Ingest ``data`` as one file; assert nothing escaped and every record is accounted for."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"input{suffix}"
+    payload = data + b"\n" if suffix.startswith(".jsonl") else data
+    path.write_bytes(gzip.compress(payload, mtime=0) if suffix.endswith(".gz") else payload)
+    lake = Lake(str(folder / "lake"))
+    result = ingest([str(path)], lake, IngestConfig(format=fmt, source="fuzz"))
+    (r,) = result.files
+    assert r.records_read == r.accepted + r.quarantined, r
+    assert sum(r.reasons.values()) == r.quarantined, r
+    rows = query(lake, "SELECT count(*) n FROM quarantine")["n"][0].as_py()
+    assert rows == r.quarantined, (rows, r)
+    committed = query(lake, "SELECT sum(records_read) n FROM ingest_log")["n"][0].as_py()
+    assert committed == r.records_read, (committed, r)
+    return r

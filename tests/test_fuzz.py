@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import PINNED, require_shared
-from tests.fuzzing import MUTATIONS, check_ingest, mutate, sample_records
+from tests.harness import MUTATIONS, check_ingest, mutate, sample_records
 
 FUZZ = settings(
     max_examples=12,

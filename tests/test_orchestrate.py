@@ -6,7 +6,6 @@ be compared file by file."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -15,11 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
 from pipeline.demo import write_demo
+from tests.harness import snapshot
 
 EPOCH = "1780000000"
 
@@ -40,28 +39,6 @@ def demo(tmp_path_factory) -> str:
 @pytest.fixture(autouse=True)
 def pinned_time(monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", EPOCH)
-
-
-def snapshot(lake: Path) -> dict[str, str]:
-    """Every table part and dataset file by content; signature parts by their rows (their
-    partitioning follows the work a run had left, their content does not)."""
-    out = {}
-    for p in sorted(lake.rglob("*")):
-        rel = p.relative_to(lake).as_posix()
-        if not p.is_file() or not rel.startswith(("tables/", "datasets/")) or "/." in rel:
-            continue
-        if rel.startswith("tables/minhash_signatures/"):
-            continue
-        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-    sigs = lake / "tables/minhash_signatures"
-    if sigs.exists():
-        rows = sorted(
-            (r["scope"], r["item_id"], r["signature"])
-            for f in sigs.glob("[!.]*.parquet")
-            for r in pq.read_table(f).to_pylist()
-        )
-        out["minhash_signatures rows"] = hashlib.sha256(repr(rows).encode()).hexdigest()
-    return out
 
 
 def test_pipeline_is_one_flow_of_subflows_and_a_rerun_does_no_stage_work(harness, demo, tmp_path):

@@ -59,6 +59,16 @@ HOSTILE = {
         None,
     ),
     "remove_outside": ("import os; os.remove('/etc/hostname')", None),
+    "ignore_signals": (
+        "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGHUP):\n"
+        "    signal.signal(s, signal.SIG_IGN)\nwhile True: pass",
+        None,
+    ),
+    "setuid_root": ("import os; os.setuid(0); print('pwned')", None),
+    "symlink_escape": (
+        "import os; os.symlink('/etc/hostname', 'h'); open('h', 'w').write('pwned')",
+        None,
+    ),
 }
 
 

@@ -1,13 +1,16 @@
-"""The fuzzing harness shared by tests/test_fuzz.py and bench/fuzz.py: real sample records per
-reader, byte-level mutations, and the invariant check of one ingest."""
+"""Harness code shared by tests and bench scripts: real sample records per reader, byte-level
+mutations and the invariant check of one ingest (fuzzing); a content snapshot of a lake (crash
+and concurrency checks)."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import random
 from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
 
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.ingest.containers import iter_records, sniff_container
@@ -15,8 +18,6 @@ from pipeline.ingest.registry import detect
 from pipeline.ingest.stage import FileReport, discover
 from pipeline.lake import Lake
 from pipeline.query import query
-
-PINNED_NOW = None  # ingest time does not matter here
 
 
 def sample_records(*folders: Path) -> dict[str, tuple[str, bytes]]:
@@ -190,3 +191,25 @@ def check_ingest(folder: Path, data: bytes, suffix: str, fmt: str | None = None)
     committed = query(lake, "SELECT sum(records_read) n FROM ingest_log")["n"][0].as_py()
     assert committed == r.records_read, (committed, r)
     return r
+
+
+def snapshot(lake: Path) -> dict[str, str]:
+    """Every table part and dataset file by content; signature parts by their rows (their
+    partitioning follows the work a run had left, their content does not). Temp files skipped."""
+    out = {}
+    for p in sorted(lake.rglob("*")):
+        rel = p.relative_to(lake).as_posix()
+        if not p.is_file() or not rel.startswith(("tables/", "datasets/")) or "/." in rel:
+            continue
+        if rel.startswith("tables/minhash_signatures/"):
+            continue
+        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    sigs = lake / "tables/minhash_signatures"
+    if sigs.exists():
+        rows = sorted(
+            (r["scope"], r["item_id"], r["signature"])
+            for f in sigs.glob("[!.]*.parquet")
+            for r in pq.read_table(f).to_pylist()
+        )
+        out["minhash_signatures rows"] = hashlib.sha256(repr(rows).encode()).hexdigest()
+    return out

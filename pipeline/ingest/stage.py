@@ -158,10 +158,17 @@ def part_name(sha: str) -> str:
 # ---- one file ------------------------------------------------------------------------------
 
 
-def _sample(path: str, container: str, max_record_bytes: int) -> object | None:
+def _detect(path: str, container: str, max_record_bytes: int, tries: int = 20) -> Reader | None:
+    """The reader that recognizes one of the first ``tries`` parseable records, so one corrupt
+    or odd first record does not make the whole file unknown."""
+    n = 0
     for rec in iter_records(path, container, max_record_bytes):
-        if rec.error is None:
-            return rec.value
+        if rec.error is not None:
+            continue
+        reader = detect(rec.value, path)
+        n += 1
+        if reader is not None or n >= tries:
+            return reader
     return None
 
 
@@ -222,15 +229,15 @@ def ingest_file(
         report.reader, report.source = prev["source_format"], prev["source"]
         return report
 
+    reader: Reader | None = None
     try:
         container = sniff_container(path, config.max_record_bytes)
-        sample = _sample(path, container, config.max_record_bytes)
+        if not config.format:
+            reader = _detect(path, container, config.max_record_bytes)
     except Exception:  # noqa: BLE001 - unreadable head: the record loop below quarantines it
-        container, sample = "json_document", None
+        container = "json_document"
     if config.format:
-        reader: Reader | None = by_name(config.format)
-    else:
-        reader = detect(sample, path) if sample is not None else None
+        reader = by_name(config.format)
     source = (
         config.source
         or default_source

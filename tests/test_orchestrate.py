@@ -277,13 +277,59 @@ def test_lock_wait_times_out_with_a_clear_error(tmp_path):
         pass
 
 
-def test_local_dask_cluster_gives_the_same_lake_as_threads(harness, demo, tmp_path):
+@pytest.fixture(scope="module")
+def threaded(harness, demo, tmp_path_factory):
     from flows.pipeline import pipeline_flow
 
-    threads = pipeline_flow(inputs=[demo], lake=str(tmp_path / "threads"), runner="threads")
-    dask = pipeline_flow(inputs=[demo], lake=str(tmp_path / "dask"), runner="dask", workers=2)
-    assert snapshot(tmp_path / "dask") == snapshot(tmp_path / "threads")
-    assert dask["conservation"] == threads["conservation"]
+    lake = tmp_path_factory.mktemp("threads") / "lake"
+    with pytest.MonkeyPatch.context() as mp:  # module scope: set up before the autouse pin
+        mp.setenv("SOURCE_DATE_EPOCH", EPOCH)
+        out = pipeline_flow(inputs=[demo], lake=str(lake), runner="threads")
+    return snapshot(lake), out
+
+
+@pytest.mark.parametrize("runner", ["dask", "processes"])
+def test_a_local_dask_cluster_or_process_pool_gives_the_same_lake_as_threads(
+    harness, demo, threaded, tmp_path, runner
+):
+    from flows.pipeline import pipeline_flow
+
+    out = pipeline_flow(inputs=[demo], lake=str(tmp_path / "lake"), runner=runner, workers=2)
+    assert snapshot(tmp_path / "lake") == threaded[0]
+    assert out["conservation"] == threaded[1]["conservation"]
+
+
+def test_whole_pipeline_on_a_copy_of_the_shared_data_conserves_counts(harness, shared, tmp_path):
+    from flows.pipeline import pipeline_flow
+
+    copy = tmp_path / "shared"
+    shutil.copytree(shared, copy)
+    out = pipeline_flow(inputs=[str(copy)], lake=str(tmp_path / "lake"), dataset="shared")
+    cons = {c["stage"]: c for c in out["conservation"]}
+    assert all(c["balanced"] for c in cons.values()), out["conservation"]
+    ingest = cons["ingest: records"]
+    assert (ingest["in"], ingest["out"], ingest["quarantined"]) == (17_899, 17_894, 5)
+    assert cons["validate: rows"]["pending"] == 0 and cons["validate: rows"]["quarantined"] > 0
+    assert cons["dedup: trajectories"]["duplicates"] > 0
+    # GSM8K test, MATH-500, AIME are evaluation sets by default: only the remaining labelled
+    # questions feed the RL split (tests/test_build.py builds the large one)
+    rl = cons["build: rl questions"]
+    assert rl["out"] == out["results"]["build"]["rl"]["rows"] > 0
+    assert rl["filtered"] == rl["in"] - rl["out"] > 0
+    page = Path(out["report"]).read_text()
+    assert "tau_bench" in page and "Dataset shared v1" in page
+
+
+def test_training_stage_adds_curves_to_the_report(harness, demo, tiny_model, tmp_path):
+    from flows.pipeline import pipeline_flow
+
+    lake = str(tmp_path / "lake")
+    pipeline_flow(inputs=[demo], lake=lake, write_run_report=False)
+    out = pipeline_flow(lake=lake, stages=["train"], train_model=tiny_model, train_steps=1)
+    assert out["stages"]["train"]["steps"] == 1
+    folder = Path(out["report"]).parent
+    assert (folder / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "<h2>Training" in Path(out["report"]).read_text()
 
 
 def test_prefect_yaml_deploys_the_same_deployments_as_the_serve_config(harness, tmp_path):

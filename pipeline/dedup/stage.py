@@ -239,14 +239,15 @@ def verified(
 QUESTION_ITEMS = """
 WITH q AS (
   SELECT question_id, question, ground_truth, answer_type, domain, dataset || '/' || coalesce(split, '') AS ds,
-         dataset, source, ingested_at, 0 AS pri FROM valid_questions
-  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 1 FROM valid_attempts
-  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 2 FROM valid_trajectories)
+         dataset, source, ingested_at, 0 AS pri, record_id FROM valid_questions
+  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 1, record_id FROM valid_attempts
+  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 2, record_id FROM valid_trajectories)
+-- record_id (a content hash) breaks ties: rows of one file share ingested_at, and scan order is not stable
 SELECT question_id,
-       first(question ORDER BY pri, ingested_at, source) AS question,
-       first(ground_truth ORDER BY pri, ingested_at, source) FILTER (WHERE ground_truth IS NOT NULL) AS ground_truth,
-       first(answer_type ORDER BY pri, ingested_at) FILTER (WHERE answer_type IS NOT NULL) AS answer_type,
-       first(domain ORDER BY pri, ingested_at) FILTER (WHERE domain IS NOT NULL) AS domain,
+       first(question ORDER BY pri, ingested_at, source, record_id) AS question,
+       first(ground_truth ORDER BY pri, ingested_at, source, record_id) FILTER (WHERE ground_truth IS NOT NULL) AS ground_truth,
+       first(answer_type ORDER BY pri, ingested_at, record_id) FILTER (WHERE answer_type IS NOT NULL) AS answer_type,
+       first(domain ORDER BY pri, ingested_at, record_id) FILTER (WHERE domain IS NOT NULL) AS domain,
        coalesce(list_sort(list(DISTINCT ds) FILTER (WHERE ds IS NOT NULL)), []::VARCHAR[]) AS datasets,
        coalesce(list_sort(list(DISTINCT dataset) FILTER (WHERE dataset IS NOT NULL)), []::VARCHAR[]) AS dataset_names,
        list_sort(list(DISTINCT source)) AS sources,

@@ -22,6 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.ingest.stage import discover  # noqa: E402
+from pipeline.lake import Lake  # noqa: E402
+from pipeline.query import query  # noqa: E402
 from tests.harness import MUTATIONS, check_ingest, mutate  # noqa: E402
 
 
@@ -47,6 +49,7 @@ def main() -> None:
     cases = failures = skipped = 0
     totals: Counter = Counter()
     reasons: Counter = Counter()
+    reader_errors: Counter = Counter()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for path in files:
@@ -71,6 +74,12 @@ def main() -> None:
                     continue
                 totals.update(read=r.records_read, accepted=r.accepted, quarantined=r.quarantined)
                 reasons.update(r.reasons)
+                if r.reasons.get("reader_error"):  # a reader raised: contained, but worth a look
+                    lake = Lake(str(Path(tmp) / f"c{cases}" / "lake"))
+                    for d in query(
+                        lake, "SELECT detail FROM quarantine WHERE reason = 'reader_error'"
+                    )["detail"].to_pylist():
+                        reader_errors[f"{r.reader}: {d.splitlines()[0][:150]}"] += 1
     secs = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(
@@ -84,6 +93,8 @@ def main() -> None:
     print("| reason | records |\n|---|---|")
     for reason, n in reasons.most_common():
         print(f"| {reason} | {n:,} |")
+    for what, n in reader_errors.most_common():
+        print(f"reader_error x{n}: {what}")
     sys.exit(1 if failures else 0)
 
 

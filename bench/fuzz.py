@@ -67,7 +67,8 @@ def main() -> None:
                     data = data[:-1]
                 cases += 1
                 try:
-                    r = check_ingest(Path(tmp) / f"c{cases}", data, suffix)
+                    name = str(Path(base).relative_to(args.data))
+                    r = check_ingest(Path(tmp) / f"c{cases}", data, suffix, name=name)
                 except Exception:  # noqa: BLE001 - a finding: print it and go on
                     failures += 1
                     print(f"FAIL {path} case {k}:\n{traceback.format_exc(limit=4)}", flush=True)

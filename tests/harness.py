@@ -175,10 +175,13 @@ def mutate(data: bytes, ops: list[str], seed: int) -> bytes:
 # ---- the invariant ---------------------------------------------------------------------------
 
 
-def check_ingest(folder: Path, data: bytes, suffix: str, fmt: str | None = None) -> FileReport:
-    """Ingest ``data`` as one file; assert nothing escaped and every record is accounted for."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"input{suffix}"
+def check_ingest(
+    folder: Path, data: bytes, suffix: str, fmt: str | None = None, name: str | None = None
+) -> FileReport:
+    """Ingest ``data`` as one file (named ``name``, relative path kept: some readers look at file
+    names); assert nothing escaped and every record is accounted for."""
+    path = folder / "in" / (name or f"input{suffix}")
+    path.parent.mkdir(parents=True, exist_ok=True)
     payload = data + b"\n" if suffix.startswith(".jsonl") else data
     path.write_bytes(gzip.compress(payload, mtime=0) if suffix.endswith(".gz") else payload)
     lake = Lake(str(folder / "lake"))

@@ -178,6 +178,16 @@ def _raw_size(rec: RawRecord, raw: str) -> int:
     return len(rec.raw) if rec.raw is not None else len(raw.encode("utf-8", "surrogatepass"))
 
 
+def _reader_failure(e: Exception) -> RecordError:
+    """A reader raised: values nested too deep for Python or orjson are ``too_deep``; anything
+    else is a reader bug, kept with its traceback as ``reader_error``."""
+    if isinstance(e, RecursionError) or "Recursion limit reached" in str(e):
+        return RecordError(Reason.TOO_DEEP, f"record nested too deep to map: {type(e).__name__}")
+    return RecordError(
+        Reason.READER_ERROR, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
+    )
+
+
 def _rows(reader: Reader, value: object, ctx: Context) -> list[tuple[str, dict]]:
     """(table, row) pairs for one record, all or nothing."""
     out: list[tuple[str, dict]] = []
@@ -279,10 +289,7 @@ def ingest_file(
                         except RecordError as e:
                             err = e
                         except Exception as e:  # noqa: BLE001 - a reader bug quarantines, never crashes
-                            err = RecordError(
-                                Reason.READER_ERROR,
-                                f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}",
-                            )
+                            err = _reader_failure(e)
                 if err is not None:
                     report.quarantined += 1
                     report.reasons[err.reason.value] += 1

@@ -135,6 +135,22 @@ def _table(rows: list[dict], max_chars: int = 120) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _chart_section(
+    title: str,
+    rows: list[dict],
+    files: dict[str, bytes],
+    png: str,
+    chart_title: str,
+    labels: list[str],
+    value: str,
+) -> str:
+    """A heading, the rows as a table, and (when there are rows) a bar chart saved as ``png``."""
+    if not rows:
+        return f"<h2>{title}</h2>" + _table(rows)
+    files[png] = bars_png(chart_title, labels, [r[value] for r in rows])
+    return f"<h2>{title}</h2>" + _table(rows) + f'<img src="{png}">'
+
+
 CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;
 font-size:13px;text-align:left}th{background:#f3f3f3}.dim{color:#888}.bad{color:#b00}
@@ -171,14 +187,17 @@ def write_report(
         con,
         "SELECT stage, reason, count(*) n FROM quarantine GROUP BY ALL ORDER BY n DESC, stage, reason",
     )
-    if reasons:
-        files["quarantine.png"] = bars_png(
-            "quarantined records by reason",
-            [f"{r['stage']}: {r['reason']}" for r in reasons],
-            [r["n"] for r in reasons],
-        )
+    labels = [f"{r['stage']}: {r['reason']}" for r in reasons]
     sections.append(
-        "<h2>Quarantine</h2>" + _table(reasons) + ('<img src="quarantine.png">' if reasons else "")
+        _chart_section(
+            "Quarantine",
+            reasons,
+            files,
+            "quarantine.png",
+            "quarantined records by reason",
+            labels,
+            "n",
+        )
     )
     failing = _rows(
         con,
@@ -224,14 +243,17 @@ def write_report(
         """SELECT label_source, round(pass_rate, 3) pass_rate, count(*) questions FROM labels
            GROUP BY ALL ORDER BY label_source, pass_rate""",
     )
-    if hist:
-        files["pass_rates.png"] = bars_png(
-            "labelled questions per pass rate",
-            [f"{h['label_source']} {h['pass_rate']}" for h in hist],
-            [h["questions"] for h in hist],
-        )
+    labels = [f"{h['label_source']} {h['pass_rate']}" for h in hist]
     sections.append(
-        "<h2>Pass rates</h2>" + _table(hist) + ('<img src="pass_rates.png">' if hist else "")
+        _chart_section(
+            "Pass rates",
+            hist,
+            files,
+            "pass_rates.png",
+            "labelled questions per pass rate",
+            labels,
+            "questions",
+        )
     )
     if manifest:
         rl, sft = manifest["rl"], manifest["sft"]

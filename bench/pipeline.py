@@ -2,7 +2,7 @@
 stage, and Prefect's own overhead: the same stages called directly vs through the pipeline flow
 (ratio, same process). Then the no-op rerun through the flow.
 
-    python bench/pipeline.py [--data ../shared/data] [--workdir /tmp/bench-pipeline]
+    python bench/pipeline.py [--data ../shared/data] [--workdir /tmp/bench-pipeline] [--copies N]
 
 The Prefect server (ephemeral mode) is started before timing begins, by a trivial flow run; the
 report written at the end of the flow is timed on its own line.
@@ -53,10 +53,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     ap.add_argument("--workdir", default="/tmp/bench-pipeline")
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="N copies of the data, each file made distinct by trailing whitespace (N x the work)",
+    )
     args = ap.parse_args()
     work = Path(args.workdir)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    if args.copies > 1:
+        src = Path(args.data)
+        for i in range(args.copies):
+            for f in src.rglob("*"):
+                if f.is_file():
+                    dst = work / "data" / f"copy{i}" / f.relative_to(src)
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    # whitespace after the last record: same records, another content hash
+                    dst.write_bytes(f.read_bytes() + b"\n" + b" " * i)
+        args.data = str(work / "data")
 
     from prefect import flow
 

@@ -179,10 +179,15 @@ def _raw_size(rec: RawRecord, raw: str) -> int:
 
 
 def _reader_failure(e: Exception) -> RecordError:
-    """A reader raised: values nested too deep for Python or orjson are ``too_deep``; anything
-    else is a reader bug, kept with its traceback as ``reader_error``."""
+    """A reader raised: values nested too deep for Python or orjson are ``too_deep``, a list or
+    dict where the reader needs a key is ``wrong_type``; anything else is a reader bug, kept with
+    its traceback as ``reader_error``."""
     if isinstance(e, RecursionError) or "Recursion limit reached" in str(e):
         return RecordError(Reason.TOO_DEEP, f"record nested too deep to map: {type(e).__name__}")
+    if isinstance(e, TypeError) and "unhashable type" in str(e):  # a list/dict where a name goes
+        return RecordError(
+            Reason.WRONG_TYPE, f"{e} (a field holds a container)\n{traceback.format_exc(limit=3)}"
+        )
     return RecordError(
         Reason.READER_ERROR, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}"
     )

@@ -1,6 +1,7 @@
-"""The ``dedup`` flow: signature jobs mapped over the task runner (threads, processes, a Dask or
-Ray cluster), then clustering as one cached task, and an artifact of duplicates per source and
-the largest clusters."""
+"""The ``dedup`` flow: on processes or a Dask/Ray cluster, signature jobs (partitions of texts
+in job files) mapped over the task runner; in process, the stage's own threads compute them.
+Then clustering as one cached task, and an artifact of duplicates per source and the largest
+clusters."""
 
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ def markdown(result: DedupResult) -> str:
     return "\n".join(lines)
 
 
+def _in_process() -> bool:
+    """Whether this flow's task runner is a thread pool in this process."""
+    from prefect.context import FlowRunContext
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    ctx = FlowRunContext.get()
+    return ctx is None or isinstance(ctx.task_runner, ThreadPoolTaskRunner)
+
+
 @flow(name="dedup")
 @locked
 def dedup_flow(
@@ -89,12 +99,14 @@ def dedup_flow(
     if eval_sets is not None:
         config.eval_sets = tuple(eval_sets)
     report("stage", "dedup")
-    # Signature jobs: the lake is their cache (a job whose part exists returns at once).
     fp = stage_fingerprint(lk, "dedup", config)
-    jobs = plan_task(lk.root, config, fp, code_version())
-    computed = sum(
-        f.result() for f in signature_task.map(unmapped(lk.root), jobs, unmapped(config))
-    )
+    jobs, computed = [], 0
+    if not _in_process():
+        # Spread signature partitions over processes or a cluster; the lake is their cache
+        # (a job whose part exists returns at once). In process, the stage's threads do it.
+        jobs = plan_task(lk.root, config, fp, code_version())
+        futures = signature_task.map(unmapped(lk.root), jobs, unmapped(config))
+        computed = sum(f.result() for f in futures)
     run = run_cached(dedup_task, "dedup", lk, config, fingerprint=fp)
     folder = lk.path("work", "dedup", config.sig_key())
     if lk.fs.exists(folder):

@@ -77,7 +77,9 @@ def _summary(stage: str, out: dict) -> dict[str, Any]:
             "questions kept": c["questions_kept"],
             "near-dup questions": c["questions_near_duplicates"],
             "trajectories kept": c.get("trajectories_kept", 0),
-            "signatures computed": out.get("signatures_computed", 0),
+            "signatures computed": out["counts"].get("question_signatures_computed", 0)
+            + out["counts"].get("trajectory_signatures_computed", 0)
+            + out.get("signatures_computed", 0),
         }
     if stage == "label":
         return {k: v for k, v in out["stats"].items() if isinstance(v, int | str)}

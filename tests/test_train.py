@@ -25,6 +25,18 @@ def policy_tokens(e):
     return [t for t, m in zip(e.response_ids, e.mask, strict=True) if m]
 
 
+def cpu_config(model: str, out, *, turns: int = 1, response_tokens: int = 16, **kw) -> TrainConfig:
+    """A run sized for CPU tests: no sandbox pool, no overlong shaping."""
+    agent = AgentConfig(max_turns=turns, max_response_tokens=response_tokens, sandbox_pool=0)
+    return TrainConfig(model=model, out=str(out), agent=agent, use_overlong=False, **kw)
+
+
+def reward_gain(hist: list[dict]) -> tuple[float, float]:
+    """Mean reward of the first four steps and of the last four."""
+    first = sum(h["reward_mean"] for h in hist[:4]) / 4
+    return first, sum(h["reward_mean"] for h in hist[-4:]) / 4
+
+
 def test_mean_reward_rises_on_a_dense_reward(small_model, tmp_path):
     tok = AutoTokenizer.from_pretrained(small_model)
     (seven,) = tok("7", add_special_tokens=False).input_ids
@@ -33,20 +45,16 @@ def test_mean_reward_rises_on_a_dense_reward(small_model, tmp_path):
         pol = policy_tokens(e)
         return sum(t == seven for t in pol) / max(1, len(pol))
 
-    cfg = TrainConfig(
-        model=small_model,
-        out=str(tmp_path / "run"),
+    cfg = cpu_config(
+        small_model,
+        tmp_path / "run",
         steps=24,
         prompts_per_step=8,
         group_size=8,
         lr=3e-3,
         max_tokens=16,
-        agent=AgentConfig(max_turns=1, max_response_tokens=16, sandbox_pool=0),
-        use_overlong=False,
     )
-    hist = train(cfg, PROMPTS, reward)
-    first = sum(h["reward_mean"] for h in hist[:4]) / 4
-    last = sum(h["reward_mean"] for h in hist[-4:]) / 4
+    first, last = reward_gain(train(cfg, PROMPTS, reward))
     assert last > first + 0.15, (first, last)
     rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 24 and {
@@ -70,20 +78,19 @@ def test_policy_learns_to_call_tools_through_the_agent_loop(small_model, tmp_pat
         first_turn = policy_tokens(e)[:16]
         return sum(t in markers for t in first_turn) / 16  # dense credit for tool-call markers
 
-    cfg = TrainConfig(
-        model=small_model,
-        out=str(tmp_path / "run"),
+    cfg = cpu_config(
+        small_model,
+        tmp_path / "run",
+        turns=2,
+        response_tokens=96,
         steps=24,
         prompts_per_step=8,
         group_size=8,
         lr=3e-3,
         max_tokens=16,
-        agent=AgentConfig(max_turns=2, max_response_tokens=96, sandbox_pool=0),
-        use_overlong=False,
     )
     hist = train(cfg, PROMPTS, reward)
-    first = sum(h["reward_mean"] for h in hist[:4]) / 4
-    last = sum(h["reward_mean"] for h in hist[-4:]) / 4
+    first, last = reward_gain(hist)
     assert last > first + 0.1, (first, last)
     assert (
         hist[-1]["tool_calls"] > hist[0]["tool_calls"]
@@ -98,16 +105,14 @@ def test_resume_continues_exactly(small_model, tmp_path):
         return len(policy_tokens(e)) / 16
 
     def cfg(out, steps):
-        return TrainConfig(
-            model=small_model,
-            out=str(out),
+        return cpu_config(
+            small_model,
+            out,
             steps=steps,
             prompts_per_step=4,
             group_size=4,
             lr=1e-3,
             max_tokens=16,
-            agent=AgentConfig(max_turns=1, max_response_tokens=16, sandbox_pool=0),
-            use_overlong=False,
         )
 
     straight = train(cfg(tmp_path / "a", 4), PROMPTS, reward)
@@ -140,16 +145,15 @@ def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_pat
 
     from pipeline.rollout.engines import Sampling, VLLMEngine, push_weights
 
-    cfg = TrainConfig(
-        model=small_model,
-        out=str(tmp_path / "run"),
+    cfg = cpu_config(
+        small_model,
+        tmp_path / "run",
+        response_tokens=8,
         steps=2,
         prompts_per_step=4,
         group_size=4,
         lr=1e-2,
         max_tokens=8,
-        agent=AgentConfig(max_turns=1, max_response_tokens=8, sandbox_pool=0),
-        use_overlong=False,
         rollout_backend="vllm",
     )
     hist = train(cfg, PROMPTS, lambda e, q: len(policy_tokens(e)) / 8)
@@ -183,16 +187,15 @@ def test_dynamic_sampling_drops_zero_variance_groups_and_refills(small_model, tm
         seen_groups.append(q["question_id"])
         return float(e.sample % 2) if int(q["question_id"][1:]) % 2 == 0 else 0.5
 
-    cfg = TrainConfig(
-        model=small_model,
-        out=str(tmp_path / "run"),
+    cfg = cpu_config(
+        small_model,
+        tmp_path / "run",
+        response_tokens=8,
         steps=2,
         prompts_per_step=4,
         group_size=4,
         lr=1e-3,
         max_tokens=8,
-        agent=AgentConfig(max_turns=1, max_response_tokens=8, sandbox_pool=0),
-        use_overlong=False,
         dynamic_sampling=True,
         max_gen_batches=3,
     )

@@ -95,8 +95,7 @@ def _summary(stage: str, out: dict) -> dict[str, Any]:
     return {}
 
 
-def _stage(stage: str, fn: Any, results: dict, rows: dict, **params: Any) -> dict:
-    name = stage
+def _stage(name: str, fn: Any, results: dict, rows: dict, /, **params: Any) -> dict:
     report("stage", name)
     t0 = time.perf_counter()
     state = fn(**params, return_state=True)
@@ -188,10 +187,10 @@ def pipeline_flow(
         return {"lake": root, "stages": rows, "report": None, "results": results}
     run_name = runtime.flow_run.name or "local"
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    index = write_report(
-        lk, lk.path("reports", "runs", f"{stamp}-{run_name}"), rows, manifest, training
-    )
     cons = conservation(lk, manifest)
+    index = write_report(
+        lk, lk.path("reports", "runs", f"{stamp}-{run_name}"), rows, manifest, training, cons
+    )
     lines = [
         "# Pipeline run",
         "",

@@ -57,19 +57,13 @@ def tables_fingerprint(lake: Lake, tables: tuple[str, ...]) -> str:
 
 def dataset_fingerprint(lake: Lake, name: str) -> str:
     """The newest published version of a dataset: its manifest's hash (empty if none)."""
-    base = lake.path("datasets", name)
-    if not lake.fs.exists(base):
+    from pipeline.build import next_version
+
+    version = next_version(lake, name) - 1
+    manifest = lake.path("datasets", name, f"v{version}", "manifest.json")
+    if version < 1 or not lake.fs.exists(manifest):
         return ""
-    versions = sorted(
-        int(p.rstrip("/").rsplit("/", 1)[-1][1:])
-        for p in lake.fs.ls(base, detail=False)
-        if p.rstrip("/").rsplit("/", 1)[-1][1:].isdigit()
-        and p.rstrip("/").rsplit("/", 1)[-1][0] == "v"
-    )
-    if not versions:
-        return ""
-    manifest = lake.path("datasets", name, f"v{versions[-1]}", "manifest.json")
-    return f"v{versions[-1]}:{file_digest(lake, manifest)}" if lake.fs.exists(manifest) else ""
+    return f"v{version}:{file_digest(lake, manifest)}"
 
 
 @cache

@@ -163,15 +163,16 @@ def write_report(
     stages: dict[str, dict],
     manifest: dict | None = None,
     training: dict | None = None,
+    counts: list[dict] | None = None,
 ) -> str:
     """Write ``folder/index.html`` and its PNGs; returns the page's path. ``stages`` holds each
-    stage's summary row (state, seconds, ...)."""
+    stage's summary row (state, seconds, ...); ``counts``: ``conservation`` if already computed."""
     con = connect(lake)
     files: dict[str, bytes] = {}
     sections: list[str] = []
 
     sections.append("<h2>Stages</h2>" + _table(stage_rows(stages)))
-    cons = conservation(lake, manifest)
+    cons = counts if counts is not None else conservation(lake, manifest)
     sections.append(
         "<h2>Counts conserved</h2><p>in = out + quarantined + duplicates + filtered + pending, per stage (whole lake).</p>"
         + _table(cons)

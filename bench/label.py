@@ -1,6 +1,5 @@
 """Labelling throughput on CPU: rollouts/s through the agent loop vs bare engine generation of
-the same prompts in the same run, and sandbox calls/s (pre-started pool vs a fresh process per
-call).
+the same prompts in the same run. (Sandbox calls/s: bench/sandbox.py.)
 
     python bench/label.py [--model PATH] [--backend auto|vllm|transformers] [--questions 32] [--k 8]
 
@@ -20,7 +19,6 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 from pipeline.rollout.agent import AgentConfig, run_episodes, start_episodes  # noqa: E402
 from pipeline.rollout.engines import Sampling, make_engine  # noqa: E402
-from pipeline.rollout.sandbox import SandboxConfig, SandboxPool, run_python  # noqa: E402
 from pipeline.rollout.tiny_model import build_tiny_model  # noqa: E402
 
 
@@ -31,7 +29,6 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=32)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--sandbox-calls", type=int, default=40)
     args = ap.parse_args()
     model = args.model or str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
     t0 = time.perf_counter()
@@ -60,21 +57,6 @@ def main() -> None:
         f"agent loop      {n / t_loop:8.1f} rollouts/s  {n_loop / t_loop:9.0f} tok/s  (tool calls: {sum(e.tool_calls for e in eps)})"
     )
     print(f"ratio agent loop / bare generate (rollouts/s): {t_bare / t_loop:.2f}")
-
-    cfg = SandboxConfig()
-    t0 = time.perf_counter()
-    for _ in range(args.sandbox_calls):
-        assert run_python("print(sum(range(100)))", cfg).ok
-    fresh = args.sandbox_calls / (time.perf_counter() - t0)
-    with SandboxPool(4, cfg) as pool:
-        time.sleep(1.0)  # let the pool fill, as it does while the policy generates
-        t0 = time.perf_counter()
-        for _ in range(args.sandbox_calls):
-            assert pool.run("print(sum(range(100)))").ok
-        pooled = args.sandbox_calls / (time.perf_counter() - t0)
-    print(
-        f"sandbox: fresh process per call {fresh:.1f} calls/s; pre-started pool {pooled:.1f} calls/s; ratio {pooled / fresh:.2f}"
-    )
 
 
 if __name__ == "__main__":

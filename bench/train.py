@@ -52,7 +52,7 @@ def main() -> None:
         agent=AgentConfig(
             max_turns=1,
             max_response_tokens=16,
-            sandbox_pool=0,
+            sandbox_workers=0,
             system_prompt=None,
             declare_tools=False,
         ),

@@ -26,6 +26,7 @@ from pipeline.lake import Lake
 from pipeline.query import query
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling, make_engine
+from pipeline.sandbox import Sandbox
 from pipeline.transient import PERMANENT_OS_ERRORS, TransientError
 from pipeline.verify import verify
 from schemas import TABLES
@@ -51,7 +52,9 @@ class LabelConfig:
     def config_json(self) -> str:
         """K, sampling and agent limits: what makes two labels comparable."""
         agent = {
-            k: v for k, v in asdict(self.agent).items() if k not in ("tool_workers", "sandbox_pool")
+            k: v
+            for k, v in asdict(self.agent).items()
+            if k not in ("tool_workers", "sandbox_workers")
         }
         blob = {"k": self.k, "sampling": asdict(self.sampling), "agent": agent}
         return orjson.dumps(blob, option=orjson.OPT_SORT_KEYS, default=str).decode()
@@ -157,71 +160,83 @@ def rollout_labels(
                 raise
             raise TransientError(f"inference engine for {policy} did not start: {e}") from e
     tokenizer = engine.tokenizer
-    for b in range(0, len(todo), config.batch_questions):
-        batch = todo[b : b + config.batch_questions]
-        episodes = run_episodes(
-            engine,
-            tokenizer,
-            [(q["question_id"], q["question"]) for q in batch],
-            config.k,
-            config.agent,
-            config.sampling,
-        )
-        by_q = {q["question_id"]: q for q in batch}
-        rollouts, labels = [], []
-        for q in batch:
-            eps = [e for e in episodes if e.question_id == q["question_id"]]
-            verdicts = [verify(e.final_text, q["ground_truth"], q["answer_type"]) for e in eps]
-            for e, v in zip(eps, verdicts, strict=True):
-                rollouts.append(
+    sandbox = (  # warm isolated interpreters for the whole run (max_turns 1: no tools)
+        Sandbox(config.agent.sandbox, config.agent.sandbox_workers)
+        if config.agent.max_turns > 1 and config.agent.sandbox_workers > 0
+        else None
+    )
+    try:
+        for b in range(0, len(todo), config.batch_questions):
+            batch = todo[b : b + config.batch_questions]
+            episodes = run_episodes(
+                engine,
+                tokenizer,
+                [(q["question_id"], q["question"]) for q in batch],
+                config.k,
+                config.agent,
+                config.sampling,
+            )
+            by_q = {q["question_id"]: q for q in batch}
+            rollouts, labels = [], []
+            for q in batch:
+                eps = [e for e in episodes if e.question_id == q["question_id"]]
+                verdicts = [verify(e.final_text, q["ground_truth"], q["answer_type"]) for e in eps]
+                for e, v in zip(eps, verdicts, strict=True):
+                    rollouts.append(
+                        {
+                            "rollout_id": digest(
+                                f"{revision}:{key}:{e.question_id}:{e.sample}".encode()
+                            ),
+                            "question_id": e.question_id,
+                            "policy": policy,
+                            "revision": revision,
+                            "config_key": key,
+                            "sample": e.sample,
+                            "messages": orjson.dumps(e.messages, default=str).decode(),
+                            "prompt_ids": e.prompt_ids,
+                            "response_ids": e.response_ids,
+                            "mask": e.mask,
+                            "turns": e.turns,
+                            "tool_calls": e.tool_calls,
+                            "tool_errors": e.tool_errors,
+                            "malformed_calls": e.malformed_calls,
+                            "finish_reason": e.finish_reason,
+                            "extracted": v.extracted,
+                            "correct": v.correct,
+                        }
+                    )
+                n_correct = sum(v.correct for v in verdicts)
+                labels.append(
                     {
-                        "rollout_id": digest(
-                            f"{revision}:{key}:{e.question_id}:{e.sample}".encode()
-                        ),
-                        "question_id": e.question_id,
+                        "question_id": q["question_id"],
+                        "label_source": "rollouts",
                         "policy": policy,
                         "revision": revision,
                         "config_key": key,
-                        "sample": e.sample,
-                        "messages": orjson.dumps(e.messages, default=str).decode(),
-                        "prompt_ids": e.prompt_ids,
-                        "response_ids": e.response_ids,
-                        "mask": e.mask,
-                        "turns": e.turns,
-                        "tool_calls": e.tool_calls,
-                        "tool_errors": e.tool_errors,
-                        "malformed_calls": e.malformed_calls,
-                        "finish_reason": e.finish_reason,
-                        "extracted": v.extracted,
-                        "correct": v.correct,
+                        "config": config.config_json(),
+                        "k": len(eps),
+                        "n_correct": n_correct,
+                        "pass_rate": n_correct / len(eps),
+                        "mean_response_tokens": sum(len(e.response_ids) for e in eps) / len(eps),
+                        "mean_tool_calls": sum(e.tool_calls for e in eps) / len(eps),
+                        "mean_tool_errors": sum(e.tool_errors for e in eps) / len(eps),
                     }
                 )
-            n_correct = sum(v.correct for v in verdicts)
-            labels.append(
-                {
-                    "question_id": q["question_id"],
-                    "label_source": "rollouts",
-                    "policy": policy,
-                    "revision": revision,
-                    "config_key": key,
-                    "config": config.config_json(),
-                    "k": len(eps),
-                    "n_correct": n_correct,
-                    "pass_rate": n_correct / len(eps),
-                    "mean_response_tokens": sum(len(e.response_ids) for e in eps) / len(eps),
-                    "mean_tool_calls": sum(e.tool_calls for e in eps) / len(eps),
-                    "mean_tool_errors": sum(e.tool_errors for e in eps) / len(eps),
-                }
+            part = prefix + digest("".join(sorted(by_q)).encode(), 8)
+            lake.write_part(
+                "rollouts", part, pa.Table.from_pylist(rollouts, schema=TABLES["rollouts"])
             )
-        part = prefix + digest("".join(sorted(by_q)).encode(), 8)
-        lake.write_part("rollouts", part, pa.Table.from_pylist(rollouts, schema=TABLES["rollouts"]))
-        lake.write_part(
-            "labels", part, pa.Table.from_pylist(labels, schema=TABLES["labels"])
-        )  # the checkpoint
-        stats["labelled_now"] += len(batch)
-        stats["episodes"] += len(rollouts)
-        if on_batch:
-            on_batch(stats["labelled_now"], len(todo))
+            lake.write_part(
+                "labels", part, pa.Table.from_pylist(labels, schema=TABLES["labels"])
+            )  # the checkpoint
+            stats["labelled_now"] += len(batch)
+            stats["episodes"] += len(rollouts)
+            if on_batch:
+                on_batch(stats["labelled_now"], len(todo))
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+
     return stats
 
 

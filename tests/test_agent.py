@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling, ScriptedEngine, TransformersEngine
-from pipeline.rollout.sandbox import SandboxConfig
+from pipeline.sandbox import Sandbox, SandboxConfig
 from pipeline.verify import verify
 
 CALL = '<tool_call>\n{{"name": "python", "arguments": {{"code": {code}}}}}\n</tool_call>'
@@ -87,6 +87,14 @@ def test_max_turns_and_tool_output_truncation(tok):
     assert all(
         len(m["content"]) <= 100 + len("\n[truncated]") for m in e.messages if m["role"] == "tool"
     )
+
+
+def test_tool_calls_run_in_the_callers_warm_sandbox(tok):
+    eng = scripted(tok, [call("print(2 + 2)"), call("print(3 + 3)"), "\\boxed{6}"])
+    with Sandbox(SandboxConfig(wall_seconds=5), workers=1) as box:
+        (e,) = run_episodes(eng, tok, [("q", "x")], k=1, sandbox=box)
+        assert box.calls == 2
+    assert [m["content"].strip() for m in e.messages if m["role"] == "tool"] == ["4", "6"]
 
 
 def test_sandbox_errors_reach_the_policy_as_tool_errors(tok):

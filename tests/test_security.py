@@ -18,6 +18,7 @@ from pipeline.query import query
 from tests.conftest import PINNED, write
 
 REPO = Path(__file__).resolve().parents[1]
+ZYGOTE = REPO / "pipeline/sandbox/zygote.py"
 SECRET = "sk-flow-test-4f9d0c1e-secret"
 
 
@@ -37,8 +38,8 @@ def _calls(tree: ast.AST) -> list[tuple[str, ast.Call]]:
 
 def test_no_pickle_eval_or_exec_of_data_in_the_code():
     """Nothing deserializes with pickle or evaluates strings; torch checkpoints load with
-    weights_only=True. The one exec is the sandbox child's bootstrap, which runs model code
-    inside the sandboxed process, never in ours."""
+    weights_only=True. The one exec is the sandbox's forked child running model code inside the
+    isolation (pipeline/sandbox/zygote.py runs only there), never in our process."""
     banned = {"eval", "exec", "pickle.load", "pickle.loads", "cloudpickle.loads", "marshal.loads"}
     banned |= {"yaml.load", "pd.read_pickle", "pandas.read_pickle", "dill.loads", "joblib.load"}
     found = []
@@ -46,7 +47,7 @@ def test_no_pickle_eval_or_exec_of_data_in_the_code():
         for path in (REPO / pkg).rglob("*.py"):
             for name, call in _calls(ast.parse(path.read_text())):
                 where = f"{path.relative_to(REPO)}:{call.lineno}"
-                if name in banned:
+                if name in banned and not (name == "exec" and path == ZYGOTE):
                     found.append(f"{where} {name}")
                 if name == "torch.load":
                     kw = {k.arg: ast.unparse(k.value) for k in call.keywords}
@@ -57,8 +58,8 @@ def test_no_pickle_eval_or_exec_of_data_in_the_code():
                     if kw.get("allow_pickle") == "True":
                         found.append(f"{where} np.load(allow_pickle=True)")
     assert found == []
-    sandbox = (REPO / "pipeline/rollout/sandbox.py").read_text()
-    assert sandbox.count("exec(") == 1 and "exec(compile(_src" in sandbox  # in a code string
+    zygote = ZYGOTE.read_text()
+    assert zygote.count("exec(") == 1 and 'exec(compile(req["code"]' in zygote
 
 
 def test_source_names_cannot_escape_the_lake(tmp_path):

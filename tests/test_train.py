@@ -27,7 +27,7 @@ def policy_tokens(e):
 
 def cpu_config(model: str, out, *, turns: int = 1, response_tokens: int = 16, **kw) -> TrainConfig:
     """A run sized for CPU tests: no sandbox pool, no overlong shaping."""
-    agent = AgentConfig(max_turns=turns, max_response_tokens=response_tokens, sandbox_pool=0)
+    agent = AgentConfig(max_turns=turns, max_response_tokens=response_tokens, sandbox_workers=0)
     return TrainConfig(model=model, out=str(out), agent=agent, use_overlong=False, **kw)
 
 

@@ -25,6 +25,7 @@ import torch
 
 from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
+from pipeline.sandbox import Sandbox
 from trainer.loss import group_advantages, grpo_tcr_loss
 from trainer.rewards import format_reward, outcome, overlong, tool_bonus
 
@@ -54,7 +55,7 @@ class TrainConfig:
     grad_accum: int = 1  # micro-batches per optimizer step (token-level denominator spans them)
     max_tokens: int = 256  # per assistant turn
     agent: AgentConfig = field(
-        default_factory=lambda: AgentConfig(max_turns=1, max_response_tokens=256, sandbox_pool=0)
+        default_factory=lambda: AgentConfig(max_turns=1, max_response_tokens=256)
     )
     l_max: int = 256  # overlong shaping
     l_cache: int = 64
@@ -290,124 +291,141 @@ def train(
         push_weights(engine, model)
     writer = _tensorboard(out)
     history = []
-    for step in range(start, config.steps):
-        t0 = time.perf_counter()
-        frac = step / max(1, config.steps - 1)
-        eps_high = (
-            config.eps_high
-            if config.eps_high_end is None
-            else config.eps_high + (config.eps_high_end - config.eps_high) * frac
-        )
-        # ---- rollouts (with dynamic sampling) ----------------------------------------------
-        groups: list[tuple[dict, list[Episode], torch.Tensor]] = []
-        zero_var = gen_batches = 0
-        while len(groups) < config.prompts_per_step and gen_batches < (
-            config.max_gen_batches if config.dynamic_sampling else 1
-        ):
-            qs = stream.take(config.prompts_per_step - len(groups))
-            eps = run_episodes(
-                engine,
-                tokenizer,
-                [(q.get("question_id", str(i)), q["question"]) for i, q in enumerate(qs)],
-                config.group_size,
-                config.agent,
-                Sampling(config.temperature, 1.0, config.max_tokens, config.seed + step),
+    # tools run in warm isolated interpreters kept for the whole run (max_turns 1: no tools)
+    sandbox = (
+        Sandbox(config.agent.sandbox, config.agent.sandbox_workers)
+        if config.agent.max_turns > 1 and config.agent.sandbox_workers > 0
+        else None
+    )
+    try:
+        for step in range(start, config.steps):
+            t0 = time.perf_counter()
+            frac = step / max(1, config.steps - 1)
+            eps_high = (
+                config.eps_high
+                if config.eps_high_end is None
+                else config.eps_high + (config.eps_high_end - config.eps_high) * frac
             )
-            gen_batches += 1
-            for i, q in enumerate(qs):
-                ge = eps[i * config.group_size : (i + 1) * config.group_size]
-                r = torch.tensor([reward_fn(e, q) for e in ge], dtype=torch.float32)
-                if r.std(unbiased=False) == 0:
-                    zero_var += 1
-                    if config.dynamic_sampling:
-                        continue
-                groups.append((q, ge, r))
-        if not groups:
-            history.append(
-                m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
-            )
-            continue
-        rewards = torch.stack([g[2] for g in groups])  # [G, K]
-        adv = group_advantages(rewards).flatten()  # [G*K]
-        episodes = [e for g in groups for e in g[1]]
-        ids, attn, mask = _batch(episodes, pad)
-        ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
-        with torch.no_grad():
-            keep = ids.shape[1] - min(
-                len(e.prompt_ids) for e in episodes
-            )  # response positions only
-            old_logp, _ = token_logprobs(
-                model, ids, attn, keep=keep
-            )  # pi_old, recomputed by the trainer
-            ref_logp = token_logprobs(ref, ids, attn, keep=keep)[0] if ref is not None else None
-        # ---- update ----------------------------------------------------------------------
-        order = torch.randperm(len(episodes))
-        mb_metrics = []
-        for mb in order.chunk(config.minibatches):
-            mb_metrics += update(
-                trained,
-                opt,
-                ids[mb],
-                attn[mb],
-                mask[mb],
-                old_logp[mb],
-                adv[mb].to(device),
-                ref_logp[mb] if ref_logp is not None else None,
-                config,
-                eps_high,
-                ent_coef,
-                keep,
-            )
-            sched.step()
-        if engine is not policy:  # the colocated engine samples the next step from the new weights
-            push_weights(engine, model)
-        entropy = float(np.mean([x["entropy"] for x in mb_metrics]))
-        if config.entropy_band is not None:  # keep entropy inside the band by adjusting its bonus
-            lo, hi = config.entropy_band
-            ent_coef = (
-                ent_coef * 1.5 + 1e-4
-                if entropy < lo
-                else ent_coef / 1.5
-                if entropy > hi
-                else ent_coef
-            )
-        dt = time.perf_counter() - t0
-        n_tok = sum(len(e.response_ids) for e in episodes)
-        m = {
-            "step": step + 1,
-            "reward_mean": rewards.mean().item(),
-            "reward_std": rewards.std(unbiased=False).item(),
-            "accuracy": float(np.mean([r > 0 for r in rewards.flatten().tolist()])),
-            "entropy": entropy,
-            "clip_frac_low": float(np.mean([x["clip_frac_low"] for x in mb_metrics])),
-            "clip_frac_high": float(np.mean([x["clip_frac_high"] for x in mb_metrics])),
-            "approx_kl": float(np.mean([x["approx_kl"] for x in mb_metrics])),
-            "response_len": n_tok / len(episodes),
-            "tool_calls": float(np.mean([e.tool_calls for e in episodes])),
-            "tool_errors": float(np.mean([e.tool_errors for e in episodes])),
-            "overlong_frac": float(
-                np.mean([len(e.response_ids) > config.l_max - config.l_cache for e in episodes])
-            ),
-            "zero_var_frac": zero_var / max(1, zero_var + len(groups)),
-            "eps_high": eps_high,
-            "ent_coef": ent_coef,
-            "lr": sched.get_last_lr()[0],
-            "step_time": dt,
-            "tokens_per_s": n_tok / dt,
-        }
-        m["warnings"] = _warnings(m, history, tokenizer)
-        history.append(m)
-        if rank == 0:  # one logger: rank 0's metrics (its share of the batch)
-            with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(m) + "\n")
-        if writer is not None and rank == 0:
-            for k, v in m.items():
-                if isinstance(v, float):
-                    writer.add_scalar(k, v, step + 1)
-        if on_step:
-            on_step(m)
-        if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and rank == 0:
-            _checkpoint(latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config)
+            # ---- rollouts (with dynamic sampling) ----------------------------------------------
+            groups: list[tuple[dict, list[Episode], torch.Tensor]] = []
+            zero_var = gen_batches = 0
+            while len(groups) < config.prompts_per_step and gen_batches < (
+                config.max_gen_batches if config.dynamic_sampling else 1
+            ):
+                qs = stream.take(config.prompts_per_step - len(groups))
+                eps = run_episodes(
+                    engine,
+                    tokenizer,
+                    [(q.get("question_id", str(i)), q["question"]) for i, q in enumerate(qs)],
+                    config.group_size,
+                    config.agent,
+                    Sampling(config.temperature, 1.0, config.max_tokens, config.seed + step),
+                    sandbox=sandbox,
+                )
+                gen_batches += 1
+                for i, q in enumerate(qs):
+                    ge = eps[i * config.group_size : (i + 1) * config.group_size]
+                    r = torch.tensor([reward_fn(e, q) for e in ge], dtype=torch.float32)
+                    if r.std(unbiased=False) == 0:
+                        zero_var += 1
+                        if config.dynamic_sampling:
+                            continue
+                    groups.append((q, ge, r))
+            if not groups:
+                history.append(
+                    m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
+                )
+                continue
+            rewards = torch.stack([g[2] for g in groups])  # [G, K]
+            adv = group_advantages(rewards).flatten()  # [G*K]
+            episodes = [e for g in groups for e in g[1]]
+            ids, attn, mask = _batch(episodes, pad)
+            ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
+            with torch.no_grad():
+                keep = ids.shape[1] - min(
+                    len(e.prompt_ids) for e in episodes
+                )  # response positions only
+                old_logp, _ = token_logprobs(
+                    model, ids, attn, keep=keep
+                )  # pi_old, recomputed by the trainer
+                ref_logp = token_logprobs(ref, ids, attn, keep=keep)[0] if ref is not None else None
+            # ---- update ----------------------------------------------------------------------
+            order = torch.randperm(len(episodes))
+            mb_metrics = []
+            for mb in order.chunk(config.minibatches):
+                mb_metrics += update(
+                    trained,
+                    opt,
+                    ids[mb],
+                    attn[mb],
+                    mask[mb],
+                    old_logp[mb],
+                    adv[mb].to(device),
+                    ref_logp[mb] if ref_logp is not None else None,
+                    config,
+                    eps_high,
+                    ent_coef,
+                    keep,
+                )
+                sched.step()
+            if (
+                engine is not policy
+            ):  # the colocated engine samples the next step from the new weights
+                push_weights(engine, model)
+            entropy = float(np.mean([x["entropy"] for x in mb_metrics]))
+            if (
+                config.entropy_band is not None
+            ):  # keep entropy inside the band by adjusting its bonus
+                lo, hi = config.entropy_band
+                ent_coef = (
+                    ent_coef * 1.5 + 1e-4
+                    if entropy < lo
+                    else ent_coef / 1.5
+                    if entropy > hi
+                    else ent_coef
+                )
+            dt = time.perf_counter() - t0
+            n_tok = sum(len(e.response_ids) for e in episodes)
+            m = {
+                "step": step + 1,
+                "reward_mean": rewards.mean().item(),
+                "reward_std": rewards.std(unbiased=False).item(),
+                "accuracy": float(np.mean([r > 0 for r in rewards.flatten().tolist()])),
+                "entropy": entropy,
+                "clip_frac_low": float(np.mean([x["clip_frac_low"] for x in mb_metrics])),
+                "clip_frac_high": float(np.mean([x["clip_frac_high"] for x in mb_metrics])),
+                "approx_kl": float(np.mean([x["approx_kl"] for x in mb_metrics])),
+                "response_len": n_tok / len(episodes),
+                "tool_calls": float(np.mean([e.tool_calls for e in episodes])),
+                "tool_errors": float(np.mean([e.tool_errors for e in episodes])),
+                "overlong_frac": float(
+                    np.mean([len(e.response_ids) > config.l_max - config.l_cache for e in episodes])
+                ),
+                "zero_var_frac": zero_var / max(1, zero_var + len(groups)),
+                "eps_high": eps_high,
+                "ent_coef": ent_coef,
+                "lr": sched.get_last_lr()[0],
+                "step_time": dt,
+                "tokens_per_s": n_tok / dt,
+            }
+            m["warnings"] = _warnings(m, history, tokenizer)
+            history.append(m)
+            if rank == 0:  # one logger: rank 0's metrics (its share of the batch)
+                with open(out / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(m) + "\n")
+            if writer is not None and rank == 0:
+                for k, v in m.items():
+                    if isinstance(v, float):
+                        writer.add_scalar(k, v, step + 1)
+            if on_step:
+                on_step(m)
+            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and rank == 0:
+                _checkpoint(
+                    latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config
+                )
+    finally:
+        if sandbox is not None:
+            sandbox.close()
     if rank == 0:
         _checkpoint(
             latest,

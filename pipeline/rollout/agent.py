@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from pipeline.rollout.engines import Sampling
-from pipeline.rollout.sandbox import SandboxConfig, SandboxPool, run_python
+from pipeline.sandbox import Sandbox, SandboxConfig, run_python
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 PY_BLOCK_RE = re.compile(r"```python\n(.*?)```", re.S)
@@ -52,8 +52,8 @@ class AgentConfig:
     sandbox: SandboxConfig = field(
         default_factory=lambda: SandboxConfig(wall_seconds=10, cpu_seconds=5)
     )
-    tool_workers: int = 2
-    sandbox_pool: int = 2  # pre-started sandbox interpreters (0: start one per call)
+    tool_workers: int = 2  # tool calls run at once (each waits for a free sandbox worker)
+    sandbox_workers: int = 2  # warm isolated interpreters (0: a fresh one per call, slow)
 
 
 @dataclass
@@ -129,7 +129,7 @@ def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
     return calls, bad
 
 
-def run_tool(call: dict, config: AgentConfig, pool: SandboxPool | None = None) -> tuple[str, bool]:
+def run_tool(call: dict, config: AgentConfig, sandbox: Sandbox | None = None) -> tuple[str, bool]:
     """(output text, is_error)."""
     if call.get("name") is None:
         return (
@@ -141,7 +141,7 @@ def run_tool(call: dict, config: AgentConfig, pool: SandboxPool | None = None) -
     code = call["arguments"].get("code") if isinstance(call["arguments"], dict) else None
     if not isinstance(code, str):
         return "Error: python needs a string argument 'code'.", True
-    result = pool.run(code) if pool is not None else run_python(code, config.sandbox)
+    result = sandbox.run(code) if sandbox is not None else run_python(code, config.sandbox)
     return result.as_tool_output(), not result.ok
 
 
@@ -172,25 +172,34 @@ def run_episodes(
     k: int,
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
+    sandbox: Sandbox | None = None,
 ) -> list[Episode]:
     """K episodes per (question_id, question); every active episode advances one turn per call
-    to the engine, so the engine batches across questions, samples and turns."""
+    to the engine, so the engine batches across questions, samples and turns. Tools run in
+    ``sandbox`` (the caller's, kept warm across calls) or in one started at the first tool call
+    and closed at the end."""
     config = config or AgentConfig()
     sampling = sampling or Sampling()
     renderer = ToolMessageRenderer(tokenizer)
     episodes = start_episodes(tokenizer, questions, k, config)
-    first = True
-    sandboxes = (
-        SandboxPool(config.sandbox_pool, config.sandbox) if config.sandbox_pool > 0 else None
-    )
+    owned: list[Sandbox] = []
+
+    def tools() -> Sandbox | None:
+        if sandbox is not None or config.sandbox_workers == 0:
+            return sandbox
+        if not owned:
+            owned.append(Sandbox(config.sandbox, config.sandbox_workers))
+        return owned[0]
+
     try:
-        return _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first)
+        return _loop(engine, episodes, renderer, k, config, sampling, tools)
     finally:
-        if sandboxes is not None:
-            sandboxes.close()
+        for box in owned:
+            box.close()
 
 
-def _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first) -> list[Episode]:
+def _loop(engine, episodes, renderer, k, config, sampling, tools) -> list[Episode]:
+    first = True
     with ThreadPoolExecutor(max_workers=max(1, config.tool_workers)) as pool:
         while True:
             active = [e for e in episodes if not e.done]
@@ -244,8 +253,11 @@ def _loop(engine, episodes, renderer, k, config, sampling, sandboxes, first) -> 
                     e.done, e.finish_reason = True, "max_turns"
                 else:
                     pending.append((e, calls))
+            box = tools() if pending else None
             jobs = [
-                (e, pool.submit(run_tool, call, config)) for e, calls in pending for call in calls
+                (e, pool.submit(run_tool, call, config, box))
+                for e, calls in pending
+                for call in calls
             ]
             for e, fut in jobs:
                 out, is_error = fut.result()

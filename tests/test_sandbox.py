@@ -19,6 +19,7 @@ import pytest
 
 from pipeline.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, run_python
 
+pytestmark = pytest.mark.usefixtures("sandbox_available")
 REPO = Path(__file__).resolve().parents[1]
 FAST = SandboxConfig(wall_seconds=3, cpu_seconds=2, memory_mb=512, file_mb=4, max_output_mb=2)
 MARK = f"/tmp/flow-sandbox-escape-{uuid.uuid4().hex}"
@@ -377,11 +378,13 @@ def test_every_program_starts_from_a_clean_interpreter():
         )
         second = box.run(
             "import math, os, sys; print(hasattr(math, 'leak'), 'LEAK' in os.environ, "
-            "'/x' in sys.path, os.path.exists('mine.py'), os.getpid())"
+            "'/x' in sys.path, os.path.exists('mine.py'), os.getpid())\n"
+            "print(sorted(os.listdir('/proc/self/fd')))"
         )
     assert first.ok and second.ok, (first, second)
-    flags = second.stdout.split()
-    assert flags[:4] == ["False", "False", "False", "False"]
+    flags, fds = second.stdout.splitlines()
+    assert flags.split()[:4] == ["False", "False", "False", "False"]
+    assert fds == "['0', '1', '2', '3']"  # stdin, the two pipes, and listdir's own: no control pipe
     assert first.call_id != second.call_id
 
 

@@ -14,14 +14,18 @@ same uid can neither ptrace it nor open its /proc entries (its control pipes).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import io
 import json
 import os
+import resource
 import select
 import signal
 import struct
 import sys
 import time
+import types
 
 WORK = "/tmp/work"
 _WARMUP = """
@@ -89,10 +93,19 @@ def _prctl_dumpable(value: int) -> None:
     _c().prctl(4, value, 0, 0, 0)  # PR_SET_DUMPABLE
 
 
+def _close_from(low: int) -> None:
+    """Close every fd >= ``low`` (the control pipes among them): one close_range(2) syscall,
+    else the open ones listed in /proc (os.closerange over 64k numbers costs 3 ms)."""
+    if _c().close_range(low, 0xFFFFFFFF, 0) == 0:
+        return
+    for fd in [int(x) for x in os.listdir("/proc/self/fd")]:
+        if fd >= low:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _child(req: dict, out_w: int, err_w: int) -> None:
     """In the forked child: become the program (never returns)."""
-    import resource
-
     status = 1
     try:
         os.setsid()
@@ -100,10 +113,7 @@ def _child(req: dict, out_w: int, err_w: int) -> None:
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        for fd in [int(x) for x in os.listdir("/proc/self/fd")]:
-            if fd > 2:  # only the open ones: closerange over 64k numbers costs 3 ms
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        _close_from(3)
         os.chdir(WORK)
         mb = 1 << 20
         lim = req["limits"]
@@ -118,10 +128,6 @@ def _child(req: dict, out_w: int, err_w: int) -> None:
         ):
             resource.setrlimit(res, value)
         _prctl_dumpable(1)  # its own /proc entries readable to itself again
-        import atexit
-        import io
-        import types
-
         atexit._clear()
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
         sys.stdout = io.TextIOWrapper(
@@ -187,8 +193,10 @@ def _others() -> list[int]:
 def _kill_all() -> None:
     """SIGKILL everything in the namespace but init and us; kill(-1) reaches exactly that set."""
     for _ in range(200):
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # nothing was left to signal
         if not _others():
             return
         time.sleep(0.002)

@@ -14,6 +14,7 @@ from pipeline.rollout.engines import Sampling, ScriptedEngine, TransformersEngin
 from pipeline.sandbox import Sandbox, SandboxConfig
 from pipeline.verify import verify
 
+pytestmark = pytest.mark.usefixtures("sandbox_available")
 CALL = '<tool_call>\n{{"name": "python", "arguments": {{"code": {code}}}}}\n</tool_call>'
 
 

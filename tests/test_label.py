@@ -55,6 +55,7 @@ def test_recorded_pass_rates_match_the_attempt_files(labelled, shared):
     assert one["pass_rate"] == one["n_correct"] / one["k"]
 
 
+@pytest.mark.usefixtures("sandbox_available")
 def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
     lake, _ = labelled
     cfg = LabelConfig(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, run_python
+from pipeline.sandbox import Sandbox, SandboxConfig, run_python
 
 pytestmark = pytest.mark.usefixtures("sandbox_available")
 REPO = Path(__file__).resolve().parents[1]
@@ -423,13 +423,6 @@ def test_a_worker_started_from_a_short_lived_thread_outlives_it():
     time.sleep(0.2)
     with boxes[0] as box:
         assert box.run("print('alive')").stdout == "alive\n"
-
-
-def test_no_isolation_means_no_model_code():
-    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
-        run_python("print(1)", SandboxConfig(bwrap="/nonexistent/bwrap"))
-    with pytest.raises(SandboxUnavailable, match="could not start the sandbox"):
-        run_python("print(1)", SandboxConfig(bwrap="/bin/false"))
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="dropping to an unprivileged uid needs root")

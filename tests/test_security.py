@@ -128,3 +128,33 @@ def test_secrets_in_the_environment_never_reach_logs_artifacts_or_reports(tmp_pa
     seen += [p.read_text(errors="replace") for p in (tmp_path / "lake" / "reports").rglob("*.html")]
     seen += [p.read_text(errors="replace") for p in (tmp_path / "lake").rglob("*.json")]
     assert seen and not [s for s in seen if SECRET in s]
+
+
+def test_no_isolation_means_no_model_code():
+    """Without bubblewrap (or namespaces) the sandbox refuses; it never falls back to less."""
+    from pipeline.sandbox import SandboxConfig, SandboxUnavailable, run_python
+
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        run_python("print(1)", SandboxConfig(bwrap="/nonexistent/bwrap"))
+    with pytest.raises(SandboxUnavailable, match="could not start the sandbox"):
+        run_python("print(1)", SandboxConfig(bwrap="/bin/false"))
+
+
+def test_rollouts_stop_when_the_sandbox_is_unavailable(tiny_model):
+    """A policy's tool call with no isolation available is an error for the run, not a tool
+    error the policy could be scored on."""
+    from transformers import AutoTokenizer
+
+    from pipeline.rollout.agent import AgentConfig, run_episodes
+    from pipeline.rollout.engines import ScriptedEngine
+    from pipeline.sandbox import SandboxConfig, SandboxUnavailable
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    call = '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>'
+    eng = ScriptedEngine(tok, lambda text, turn: call if turn == 0 else "\\boxed{1}")
+    for workers in (0, 2):
+        cfg = AgentConfig(
+            sandbox=SandboxConfig(bwrap="/nonexistent/bwrap"), sandbox_workers=workers
+        )
+        with pytest.raises(SandboxUnavailable):
+            run_episodes(eng, tok, [("q", "x")], k=1, config=cfg)

@@ -20,8 +20,10 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
 
 from pipeline.lake import Lake, resolve_root  # noqa: E402
+from pipeline.terminal import clean, esc  # noqa: E402
 
 app = typer.Typer(
     help="Agent trajectories -> canonical lake -> RL datasets -> GRPO-TCR.",
@@ -75,14 +77,16 @@ def print_rows(
             for r in rows:
                 w.writerow({k: _cell(v) for k, v in r.items()})
         return
-    table = Table(title=title, show_lines=False)
+    # cells are Text, never markup ([/asy] in a MATH problem is text), control characters shown
+    table = Table(title=esc(title) if title else None, show_lines=False)
     for col in rows[0] if rows else []:
-        table.add_column(col, overflow="fold", max_width=max_width)
+        table.add_column(Text(clean(col)), overflow="fold", max_width=max_width)
     for r in rows:
+        cells = (_cell(v) for v in r.values())
         table.add_row(
             *(
-                _cell(v) if len(_cell(v)) <= 4 * max_width else _cell(v)[: 4 * max_width] + "…"
-                for v in r.values()
+                Text(clean(c if len(c) <= 4 * max_width else c[: 4 * max_width] + "…"))
+                for c in cells
             )
         )
     console.print(table)
@@ -109,7 +113,7 @@ def _run_ingest(
     def hook(event: str, payload: Any) -> None:
         nonlocal task_id
         if event == "wait":
-            err.print(f"[yellow]{payload}[/yellow]")
+            err.print(f"[yellow]{esc(payload)}[/yellow]")
         elif event == "start":
             task_id = progress.add_task("", total=payload["files"])
         elif event == "file" and task_id is not None:
@@ -200,7 +204,7 @@ def ingest(
     try:
         result = _run_ingest(paths, resolve_root(lake), source, format, force)
     except FileNotFoundError as e:
-        err.print(f"[red]error:[/red] {e}")
+        err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
     _print_ingest(result)
 
@@ -227,7 +231,7 @@ def _print_validate(out: dict) -> None:
     else:
         console.print("[green]every expectation passed on the rows validated in this run[/green]")
     if out.get("docs_index"):
-        console.print(f"Data Docs: [bold]{out['docs_index']}[/bold]")
+        console.print(f"Data Docs: [bold]{esc(out['docs_index'])}[/bold]")
 
 
 @app.command()
@@ -316,7 +320,7 @@ def dedup(
 
 
 def _print_label(out: dict) -> None:
-    console.print(f"[bold]label[/bold] {out['stats']}")
+    console.print(f"[bold]label[/bold] {esc(out['stats'])}")
     hist: dict[str, list] = {}
     for h in out["histogram"]:
         hist.setdefault(h["label_source"], []).append(h)
@@ -328,7 +332,7 @@ def _print_label(out: dict) -> None:
                 "questions"
             ]
         console.print(
-            f"  {src}: all wrong {buckets[0]}, hard (<0.4) {buckets[1]}, medium {buckets[2]}, easy (>=0.7) {buckets[3]}, all right {buckets[4]}"
+            f"  {esc(src)}: all wrong {buckets[0]}, hard (<0.4) {buckets[1]}, medium {buckets[2]}, easy (>=0.7) {buckets[3]}, all right {buckets[4]}"
         )
 
 
@@ -369,17 +373,21 @@ def label(
 def _print_build(m: dict) -> None:
     rl, sft = m["rl"], m["sft"]
     console.print(
-        f"[bold]dataset[/bold] {m['name']} v{m['version']}{' (unchanged)' if m.get('unchanged') else ''}: rl {rl['rows']} questions (labels: {rl['label_source']}), sft {sft['rows']} trajectories"
+        f"[bold]dataset[/bold] {esc(m['name'])} v{m['version']}{' (unchanged)' if m.get('unchanged') else ''}: rl {rl['rows']} questions (labels: {esc(rl['label_source'])}), sft {sft['rows']} trajectories"
     )
     console.print(
-        f"  pyramid {rl['pyramid']} (targets {rl['targets']}); supply {rl['supply']}; dropped {rl['dropped']}"
+        f"  pyramid {esc(rl['pyramid'])} (targets {esc(rl['targets'])}); supply {esc(rl['supply'])}; dropped {esc(rl['dropped'])}"
     )
     if rl["short_bins"]:
         console.print(
-            f"  [yellow]short bins[/yellow] {rl['short_bins']}: the largest dataset meeting the ratios has {rl['largest_size_meeting_ratios']} questions"
+            f"  [yellow]short bins[/yellow] {esc(rl['short_bins'])}: the largest dataset meeting the ratios has {rl['largest_size_meeting_ratios']} questions"
         )
-    console.print(f"  entropy before {rl['entropy_before']} -> after {rl['entropy_after']}")
-    console.print(f"  [bold]{m['path']}[/bold] (manifest.json, rl/, sft/, exports/, pyramid.png)")
+    console.print(
+        f"  entropy before {esc(rl['entropy_before'])} -> after {esc(rl['entropy_after'])}"
+    )
+    console.print(
+        f"  [bold]{esc(m['path'])}[/bold] (manifest.json, rl/, sft/, exports/, pyramid.png)"
+    )
 
 
 @app.command()
@@ -455,10 +463,12 @@ def train(
         lr=lr,
         max_tokens=max_tokens,
     )
-    console.print(f"trained {out_['steps']} steps; last: {out_['last']}; curves: {out}/curves.png")
+    console.print(
+        f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
+    )
     if out_["eval_before"]:
         console.print(
-            f"evaluation before: {out_['eval_before']}\nevaluation after:  {out_['eval_after']}"
+            f"evaluation before: {esc(out_['eval_before'])}\nevaluation after:  {esc(out_['eval_after'])}"
         )
 
 
@@ -488,7 +498,7 @@ def eval_(
 
     qs = eval_questions(lake, eval_set, limit)
     if not qs:
-        err.print(f"[red]no questions[/red] for dataset {eval_set!r} in the lake")
+        err.print(f"[red]no questions[/red] for dataset {esc(repr(eval_set))} in the lake")
         raise typer.Exit(1)
     result = evaluate(
         make_engine(model, backend), qs, k=k, sampling=Sampling(max_tokens=max_tokens)
@@ -505,23 +515,95 @@ def query(
         ),
     ],
     lake: LakeOpt = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table | csv | json (JSON lines with --out) | parquet (needs --out)",
+        ),
+    ] = "table",
+    out: Annotated[
+        str | None, typer.Option(help="Write every row to this file instead of the terminal.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(help="Rows shown on the terminal (0: all); --out writes all.")
+    ] = 1000,
+    memory_limit: Annotated[str, typer.Option(help="DuckDB memory_limit.")] = "2GB",
+    threads: Annotated[int, typer.Option(help="DuckDB threads.")] = 2,
+    timeout: Annotated[float, typer.Option(help="Seconds before the query is interrupted.")] = 60.0,
 ) -> None:
     """Run read-only SQL over the lake with DuckDB."""
-    from pipeline.query import QueryError
-    from pipeline.query import query as run_query
+    from pipeline.query import QueryConfig, QueryError, stream
 
-    if format not in ("table", "csv", "json"):
-        raise typer.BadParameter("use table, csv or json", param_hint="--format")
+    if format not in ("table", "csv", "json", "parquet"):
+        raise typer.BadParameter("use table, csv, json or parquet", param_hint="--format")
+    if format == "parquet" and not out:
+        raise typer.BadParameter("parquet output needs --out FILE", param_hint="--format")
+    config = QueryConfig(memory_limit=memory_limit, threads=threads, timeout_seconds=timeout)
     try:
-        rows = run_query(Lake(lake), sql).to_pylist()
+        batches = stream(Lake(lake), sql, config)
+        if out:
+            n = _write_result(batches, out, format)
+            err.print(f"{n} row(s) written to {esc(out)}")
+            return
+        rows, more = [], 0
+        for batch in batches:
+            if limit and len(rows) >= limit:
+                more += batch.num_rows  # counted, not kept: memory stays bounded
+                continue
+            rows += batch.to_pylist()
+        if limit and len(rows) > limit:
+            more += len(rows) - limit
+            rows = rows[:limit]
     except QueryError as e:
-        err.print(f"[red]error:[/red] {e}")
+        err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
     except Exception as e:  # noqa: BLE001 - DuckDB errors are the user's SQL: show them plainly
-        err.print(f"[red]query failed:[/red] {e}")
+        err.print(f"[red]query failed:[/red] {esc(e)}")
         raise typer.Exit(1) from None
     print_rows(rows, format)
+    if more:
+        err.print(
+            f"[yellow]{more} more row(s) not shown[/yellow]; use --limit N (0: all), or "
+            "--format parquet --out FILE for every row"
+        )
+
+
+def _write_result(batches, out: str, fmt: str) -> int:
+    """Every row to ``out`` (temp file, then rename: a failed query leaves no partial file)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    tmp = f"{out}.tmp-{os.getpid()}"
+    n, writer = 0, None
+    try:
+        with open(tmp, "wb") as f:
+            for batch in batches:
+                if writer is None:
+                    if fmt == "parquet":
+                        writer = pq.ParquetWriter(f, batch.schema, compression="zstd")
+                    elif fmt == "csv":
+                        writer = pacsv.CSVWriter(f, batch.schema)
+                    else:
+                        writer = "json"
+                if batch.num_rows == 0:
+                    continue
+                n += batch.num_rows
+                if writer == "json":
+                    for row in batch.to_pylist():
+                        f.write(orjson.dumps({k: _plain(v) for k, v in row.items()}, default=str))
+                        f.write(b"\n")
+                else:
+                    writer.write(pa.Table.from_batches([batch]))
+            if writer not in (None, "json"):
+                writer.close()
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return n
 
 
 @app.command()
@@ -538,10 +620,12 @@ def show(
     try:
         row = find_trajectory(Lake(lake), trajectory_id)
     except ValueError as e:
-        err.print(f"[red]error:[/red] {e}")
+        err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
     if row is None:
-        err.print(f"[red]no trajectory[/red] {trajectory_id!r} in {resolve_root(lake)}")
+        err.print(
+            f"[red]no trajectory[/red] {esc(repr(trajectory_id))} in {esc(resolve_root(lake))}"
+        )
         raise typer.Exit(1)
     render(row, console, max_chars=max_chars)
 
@@ -573,7 +657,7 @@ def demo(
     from pipeline.demo import write_demo
 
     for p in write_demo(out, seed=seed):
-        console.print(str(p))
+        console.print(esc(p))
 
 
 @app.command()
@@ -618,7 +702,7 @@ def run(
 
         def hook(event: str, payload: Any) -> None:
             if event == "wait":
-                err.print(f"[yellow]{payload}[/yellow]")
+                err.print(f"[yellow]{esc(payload)}[/yellow]")
             elif event == "stage":
                 status.update(f"{payload}…")
             elif event == "start":
@@ -641,10 +725,10 @@ def run(
                 address=address,
             )
         except StageFailed as e:
-            err.print(f"[red]pipeline failed:[/red] {e}")
+            err.print(f"[red]pipeline failed:[/red] {esc(e)}")
             raise typer.Exit(1) from None
         except FileNotFoundError as e:
-            err.print(f"[red]error:[/red] {e}")
+            err.print(f"[red]error:[/red] {esc(e)}")
             raise typer.Exit(2) from None
         finally:
             set_hook(None)
@@ -655,11 +739,11 @@ def run(
     if not all(c["balanced"] for c in out["conservation"]):
         err.print("[red]counts do not add up[/red]: see the table above")
     console.rule("sample query")
-    console.print(f"[dim]{SAMPLE_QUERY}[/dim]")
+    console.print(f"[dim]{esc(SAMPLE_QUERY)}[/dim]")
     print_rows(run_query(Lake(root), SAMPLE_QUERY).to_pylist())
-    console.print(f"report: [bold]{out['report']}[/bold]")
+    console.print(f"report: [bold]{esc(out['report'])}[/bold]")
     console.print(
-        f'lake: [bold]{root}[/bold]  (try: flow query "SELECT reason, count(*) FROM quarantine GROUP BY 1")'
+        f'lake: [bold]{esc(root)}[/bold]  (try: flow query "SELECT reason, count(*) FROM quarantine GROUP BY 1")'
     )
 
 
@@ -699,7 +783,9 @@ def main() -> None:
     from flows.progress import set_hook
 
     set_hook(
-        lambda event, payload: err.print(f"[yellow]{payload}[/yellow]") if event == "wait" else None
+        lambda event, payload: (
+            err.print(f"[yellow]{esc(payload)}[/yellow]") if event == "wait" else None
+        )
     )
     try:
         app()
@@ -708,8 +794,8 @@ def main() -> None:
             raise
         home = os.environ.get("PREFECT_HOME", "~/.prefect")
         err.print(
-            f"[red]error:[/red] Prefect's local server did not start ({e}).\n"
-            f"Its database lives in {home}; one written by another Prefect version cannot be migrated back. "
+            f"[red]error:[/red] Prefect's local server did not start ({esc(e)}).\n"
+            f"Its database lives in {esc(home)}; one written by another Prefect version cannot be migrated back. "
             "Point PREFECT_HOME at a fresh folder (e.g. export PREFECT_HOME=$PWD/.prefect) or move the old one away."
         )
         raise SystemExit(1) from None

@@ -1,23 +1,57 @@
 """Read-only SQL over the lake with DuckDB: one view per table, committed parts only.
 
-Only ``SELECT`` (and ``EXPLAIN``/``DESCRIBE``/``SHOW``) statements run; anything that writes,
-attaches, exports or installs is refused with a clear message. On local lakes DuckDB's file
-access is then locked to the lake's ``tables/`` folder, so a query cannot read other files.
+Read-only by construction, for every kind of lake root:
+
+* only ``SELECT`` runs, and ``EXPLAIN`` of a ``SELECT`` (never ``EXPLAIN ANALYZE``, which
+  executes its statement), checked on DuckDB's own parse and tokens of every statement;
+* local lakes: DuckDB's file access is locked to the lake's ``tables/`` folder
+  (``allowed_directories`` + ``enable_external_access = false``);
+* URL lakes (``memory://``, ``s3://`` …): the local file system is disabled, and the lake is seen
+  through a read-only file system that holds only its ``tables/`` folder, so neither host files
+  nor other buckets are reachable, and nothing can be written;
+* no extension is installed or loaded, and the configuration is locked before the user's SQL.
+
+Bounded: DuckDB's ``memory_limit`` and ``threads``, and a timeout that interrupts the query
+(``QueryConfig``); the CLI also caps the rows it displays.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import duckdb
 import pyarrow as pa
+from fsspec.implementations.dirfs import DirFileSystem
 
 from pipeline.lake import Lake
 from schemas import TABLES
 
 ALLOWED = {"SELECT", "EXPLAIN"}
+LAKE_PROTOCOL = "flowlake"  # what DuckDB sees a URL lake's tables/ folder as
 
 
 class QueryError(ValueError):
     """A statement the query command refuses to run."""
+
+
+class QueryTimeout(QueryError):
+    """The query ran past its time limit and was interrupted."""
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """Bounds of one query (None: DuckDB's default)."""
+
+    memory_limit: str | None = None  # e.g. "2GB"
+    threads: int | None = None
+    timeout_seconds: float | None = None
+
+
+def sql_string(value: str) -> str:
+    """A SQL string literal: quotes doubled, so a path with ``'`` stays one literal."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def visible_parts(lake: Lake) -> dict[str, list[str]]:
@@ -42,17 +76,62 @@ VALID_VIEWS = {
 }
 
 
-def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
+class ReadOnlyTables(DirFileSystem):
+    """A lake's ``tables/`` folder and nothing else, read-only: what DuckDB may touch of a URL
+    lake. Paths with ``..`` are refused, so nothing above the folder is reachable."""
+
+    protocol = LAKE_PROTOCOL
+
+    def _join(self, path):
+        paths = path if isinstance(path, list | tuple) else [path]
+        for p in paths:
+            p = self._strip_protocol(p) if isinstance(p, str) else p
+            if isinstance(p, str) and ".." in p.split("/"):
+                raise PermissionError(f"{p!r} is outside the lake's tables")
+        return super()._join(path)
+
+    def _open(self, path, mode="rb", *args, **kwargs):
+        if mode not in ("rb", "r"):
+            raise PermissionError("the lake is read-only through queries")
+        return super()._open(path, mode, *args, **kwargs)
+
+    def open(self, path, mode="rb", *args, **kwargs):
+        if mode not in ("rb", "r"):
+            raise PermissionError("the lake is read-only through queries")
+        return super().open(path, mode, *args, **kwargs)
+
+    def _refuse(self, *args, **kwargs):
+        raise PermissionError("the lake is read-only through queries")
+
+    rm = rm_file = _rm = mkdir = makedirs = mv = cp_file = touch = pipe_file = _refuse
+
+
+def _view_source(lake: Lake, table: str, part: str) -> str:
+    if lake.is_local:
+        return lake.part_path(table, part)
+    return f"{LAKE_PROTOCOL}://{table}/{part}.parquet"
+
+
+def connect(lake: Lake, config: QueryConfig | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per lake table (empty views for empty tables), and
-    ``valid_<table>`` views: rows that passed validation, with their warn flags."""
-    con = duckdb.connect()
+    ``valid_<table>`` views: rows that passed validation, with their warn flags. File access is
+    locked to the lake's tables before anything else runs on it."""
+    config = config or QueryConfig()
+    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    con.execute("SET autoload_known_extensions = false")
+    con.execute("SET allow_community_extensions = false")
+    if config.memory_limit:
+        con.execute(f"SET memory_limit = {sql_string(config.memory_limit)}")
+    if config.threads:
+        con.execute(f"SET threads = {int(config.threads)}")
     if not lake.is_local:
-        con.register_filesystem(lake.fs)
+        fs = ReadOnlyTables(path=lake.path("tables"), fs=lake.fs)
+        con.register_filesystem(fs)
     visible = visible_parts(lake)
     for table, schema in TABLES.items():
         parts = visible.get(table, [])
         if parts:
-            files = ", ".join(f"'{lake.url(lake.part_path(table, p))}'" for p in parts)
+            files = ", ".join(sql_string(_view_source(lake, table, p)) for p in parts)
             con.execute(
                 f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{files}], union_by_name = true)"
             )
@@ -62,13 +141,40 @@ def connect(lake: Lake) -> duckdb.DuckDBPyConnection:
     for name, sql in VALID_VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {sql}")
     if lake.is_local:
-        con.execute(f"SET allowed_directories = ['{lake.path('tables')}/']")
+        con.execute(f"SET allowed_directories = [{sql_string(lake.path('tables') + '/')}]")
         con.execute("SET enable_external_access = false")
+    else:
+        con.execute("SET disabled_filesystems = 'LocalFileSystem'")
     con.execute("SET lock_configuration = true")
     return con
 
 
+def _tokens(sql: str) -> list[tuple[int, str]]:
+    """(offset, type) of every token but comments, from DuckDB's own tokenizer."""
+    return [(o, t.name) for o, t in duckdb.tokenize(sql) if t.name != "comment"]
+
+
+def _explained(query: str) -> str:
+    """The statement inside ``EXPLAIN <statement>``; ``EXPLAIN ANALYZE`` (which runs it) and
+    EXPLAIN options are refused."""
+    toks = _tokens(query)
+    if len(toks) < 2:
+        raise QueryError("EXPLAIN needs a statement")
+    second = toks[1][0]
+    word = query[second : second + 8].upper()
+    if word.startswith(("ANALYZE", "ANALYSE")):
+        raise QueryError(
+            "flow query is read-only: EXPLAIN ANALYZE runs its statement and is not allowed "
+            "(plain EXPLAIN shows the plan)"
+        )
+    if toks[1][1] != "keyword":
+        raise QueryError("flow query allows EXPLAIN only as `EXPLAIN SELECT …`")
+    return query[second:]
+
+
 def check_read_only(sql: str) -> None:
+    """Refuse anything but SELECT (and EXPLAIN of a SELECT), on DuckDB's parse of every
+    statement."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as e:
@@ -77,20 +183,68 @@ def check_read_only(sql: str) -> None:
         raise QueryError("empty query")
     for st in statements:
         kind = st.type.name
-        if kind not in ALLOWED:
+        if kind == "EXPLAIN":
+            inner = duckdb.extract_statements(_explained(st.query))
+            if len(inner) != 1 or inner[0].type.name != "SELECT":
+                got = inner[0].type.name if inner else "nothing"
+                raise QueryError(
+                    f"flow query is read-only: EXPLAIN of {got} is not allowed (only SELECT)"
+                )
+        elif kind not in ALLOWED:
             raise QueryError(
                 f"flow query is read-only: {kind} statements are not allowed (only SELECT); got: {st.query.strip()[:80]}"
             )
 
 
-def query(lake: Lake, sql: str) -> pa.Table:
+class _Deadline:
+    """Interrupts the connection's running query when the time is up."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, seconds: float | None):
+        self.fired = False
+        self._timer = None
+        if seconds:
+            self._timer = threading.Timer(seconds, self._fire, args=(con,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.fired = True
+        con.interrupt()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def stream(
+    lake: Lake, sql: str, config: QueryConfig | None = None, batch_rows: int = 10_000
+) -> Iterator[pa.RecordBatch]:
+    """The result as record batches, read lazily (bounded memory however many rows)."""
+    config = config or QueryConfig()
     check_read_only(sql)
-    con = connect(lake)
+    con = connect(lake, config)
+    deadline = _Deadline(con, config.timeout_seconds)
     try:
         rel = con.sql(sql)
         if rel is None:
-            return pa.table({})
-        out = rel.arrow()
-        return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
+            return
+        reader = rel.fetch_record_batch(batch_rows)
+        yield pa.RecordBatch.from_pylist([], schema=reader.schema)  # the schema, even if empty
+        yield from reader
+    except (duckdb.InterruptException, RuntimeError) as e:
+        if deadline.fired:
+            raise QueryTimeout(
+                f"the query ran past its time limit of {config.timeout_seconds:g} s"
+            ) from None
+        raise e
     finally:
+        deadline.cancel()
         con.close()
+
+
+def query(lake: Lake, sql: str, config: QueryConfig | None = None) -> pa.Table:
+    """The whole result as one Arrow table."""
+    batches = list(stream(lake, sql, config))
+    if not batches:
+        return pa.table({})
+    return pa.Table.from_batches(batches[1:], schema=batches[0].schema)

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from pipeline.lake import Lake
 from pipeline.query import query
+from pipeline.terminal import clean
 
 STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}
 
@@ -46,7 +47,7 @@ def _args(arguments: str) -> Syntax | Text:
             word_wrap=True,
         )
     except orjson.JSONDecodeError:
-        return Text(arguments, style="red")
+        return Text(clean(arguments), style="red")
 
 
 def render(row: dict, console: Console | None = None, max_chars: int = 2000) -> None:
@@ -56,11 +57,13 @@ def render(row: dict, console: Console | None = None, max_chars: int = 2000) -> 
         row["trajectory_id"],
         "\n",
         ("source ", "bold"),
-        f"{row['source']} ({row['source_format']}) {row['source_uri']}#{row['source_index']}\n",
+        clean(
+            f"{row['source']} ({row['source_format']}) {row['source_uri']}#{row['source_index']}\n"
+        ),
         ("model ", "bold"),
-        str(row.get("model")),
+        clean(row.get("model")),
         ("  domain ", "bold"),
-        str(row.get("domain")),
+        clean(row.get("domain")),
         ("  reward ", "bold"),
         str(row.get("reward")),
         ("  correct ", "bold"),
@@ -69,18 +72,21 @@ def render(row: dict, console: Console | None = None, max_chars: int = 2000) -> 
     console.print(Panel(head, title="trajectory", border_style="blue"))
     if row.get("tools"):
         names = [t.get("function", {}).get("name") for t in orjson.loads(row["tools"])]
-        console.print(Text("tools: " + ", ".join(map(str, names)), style="magenta"))
+        console.print(Text(clean("tools: " + ", ".join(map(str, names))), style="magenta"))
     for i, m in enumerate(row["messages"]):
         parts = []
         if m.get("reasoning"):
-            parts.append(Text(_clip(m["reasoning"], max_chars), style="italic dim"))
+            parts.append(Text(clean(_clip(m["reasoning"], max_chars)), style="italic dim"))
         if m.get("content"):
-            parts.append(Text(_clip(m["content"], max_chars)))
+            parts.append(Text(clean(_clip(m["content"], max_chars))))
         for c in m.get("tool_calls") or []:
-            parts.append(Text(f"→ call {c['name']} [{c['id']}]", style="bold magenta"))
+            parts.append(Text(clean(f"→ call {c['name']} [{c['id']}]"), style="bold magenta"))
             parts.append(_args(_clip(c["arguments"], max_chars)))
-        title = f"{i} {m['role']}" + (
-            f" ← {m['name']} [{m['tool_call_id']}]" if m["role"] == "tool" else ""
+        title = Text(  # Text, not a markup string: names and ids come from the data
+            clean(
+                f"{i} {m['role']}"
+                + (f" ← {m['name']} [{m['tool_call_id']}]" if m["role"] == "tool" else "")
+            )
         )
         console.print(
             Panel(
@@ -92,7 +98,11 @@ def render(row: dict, console: Console | None = None, max_chars: int = 2000) -> 
         )
     if row.get("final_answer") is not None:
         console.print(
-            Panel(_clip(row["final_answer"], max_chars), title="final answer", border_style="green")
+            Panel(
+                Text(clean(_clip(row["final_answer"], max_chars))),
+                title="final answer",
+                border_style="green",
+            )
         )
     if row.get("ground_truth") is not None:
-        console.print(Text(f"ground truth: {_clip(row['ground_truth'], 500)}", style="bold"))
+        console.print(Text(clean(f"ground truth: {_clip(row['ground_truth'], 500)}"), style="bold"))

@@ -1,0 +1,216 @@
+"""The lake's front doors, probed as an attacker and as a careless user would: `flow query` is
+read-only for every kind of lake root and bounded, prints data as data; `flow ingest` never stops
+on one bad file and never loses data unseen; a killed run leaves no process behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from pipeline.demo import write_demo
+from pipeline.ingest import IngestConfig, ingest
+from pipeline.lake import Lake
+from pipeline.query import QueryConfig, QueryError, QueryTimeout, check_read_only, query
+from tests.conftest import PINNED, REPO
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def demo_inputs(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("demo-in")
+    write_demo(d)
+    return d
+
+
+def lake_with_demo(root: str, inputs: Path) -> Lake:
+    lake = Lake(root)
+    ingest([str(inputs)], lake, IngestConfig(now=PINNED))
+    return lake
+
+
+def tables_digest(lake: Lake) -> dict[str, str]:
+    out = {}
+    for p in sorted(lake.fs.find(lake.path("tables"))):
+        with lake.fs.open(p, "rb") as f:
+            out[p] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+# ---- flow query: read-only ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "EXPLAIN ANALYZE COPY (SELECT * FROM trajectories LIMIT 5) TO '{tables}/trajectories/p.parquet'",
+        "explain /* hidden */ analyze CREATE TABLE t AS SELECT 1",
+        "EXPLAIN ANALYSE INSERT INTO trajectories SELECT * FROM trajectories",
+        "EXPLAIN COPY (SELECT 1) TO '{tables}/x.csv'",
+        "EXPLAIN (FORMAT json) SELECT 1",
+        "SELECT 1; EXPLAIN ANALYZE SELECT 1",
+    ],
+)
+def test_explain_analyze_and_explain_of_writes_are_refused(sql):
+    with pytest.raises(QueryError, match="read-only|EXPLAIN only"):
+        check_read_only(sql.format(tables="/lake/tables"))
+
+
+def test_plain_explain_of_a_select_still_shows_the_plan(tmp_path, demo_inputs):
+    lake = lake_with_demo(str(tmp_path / "lake"), demo_inputs)
+    plan = query(lake, "EXPLAIN SELECT count(*) FROM trajectories").to_pylist()
+    assert plan[0]["explain_key"] == "physical_plan" and "READ_PARQUET" in plan[0]["explain_value"]
+
+
+ATTACKS = [
+    "EXPLAIN ANALYZE COPY (SELECT * FROM trajectories LIMIT 5) TO '{part}'",
+    "COPY (SELECT * FROM trajectories LIMIT 5) TO '{part}' (FORMAT parquet)",
+    "SELECT * FROM query('COPY (SELECT 1) TO ''{part}''')",
+    "SELECT * FROM read_text('/etc/passwd')",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT count(*) FROM glob('/*')",
+    "SELECT * FROM read_csv('https://example.com/x.csv')",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET disabled_filesystems = ''",
+    "ATTACH '{root}/evil.db'",
+    "SELECT * FROM read_text('flowlake://../../../etc/passwd')",
+    "SELECT * FROM read_csv('memory://outside/secret.csv')",
+]
+
+
+@pytest.mark.parametrize("kind", ["local", "memory"])
+def test_no_query_reads_outside_or_writes_into_the_lake(tmp_path, demo_inputs, kind):
+    root = str(tmp_path / "lake") if kind == "local" else f"memory://boundary-{os.getpid()}"
+    lake = lake_with_demo(root, demo_inputs)
+    if kind == "memory":
+        lake.fs.pipe("/outside/secret.csv", b"secret\nTOPSECRET\n")
+    before = tables_digest(lake)
+    part = lake.url(lake.path("tables", "trajectories", "poison.parquet"))
+    for sql in ATTACKS:
+        with pytest.raises(Exception) as e:  # noqa: PT011 - refused or failed, never run
+            query(lake, sql.format(part=part, root=root))
+        assert "TOPSECRET" not in str(e.value) and "root:x:0" not in str(e.value), sql
+    assert tables_digest(lake) == before
+    assert query(lake, "SELECT count(*) n FROM trajectories").to_pylist() == [{"n": 125}]
+
+
+def test_a_lake_path_with_a_quote_works(tmp_path, demo_inputs):
+    lake = lake_with_demo(str(tmp_path / "it's a lake"), demo_inputs)
+    assert query(lake, "SELECT count(*) n FROM trajectories").to_pylist() == [{"n": 125}]
+    with pytest.raises(Exception, match="disabled by configuration"):
+        query(lake, "SELECT * FROM read_csv('/etc/passwd')")
+
+
+# ---- flow query: bounded --------------------------------------------------------------------
+
+
+def test_memory_threads_and_time_are_bounded(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    cfg = QueryConfig(memory_limit="300MB", threads=1, timeout_seconds=1.0)
+    got = query(
+        lake, "SELECT current_setting('memory_limit') m, current_setting('threads') t", cfg
+    ).to_pylist()[0]
+    assert got["t"] == 1 and got["m"].startswith("286") or got["m"] == "300.0 MB"  # MiB shown
+    t0 = time.monotonic()
+    with pytest.raises(QueryTimeout, match="time limit of 1 s"):
+        query(lake, "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b", cfg)
+    assert time.monotonic() - t0 < 10
+    with pytest.raises(Exception, match="(?i)out of memory|memory limit"):
+        query(lake, "SELECT list(range) FROM range(100000000)", cfg)
+
+
+def test_cli_caps_the_rows_it_shows_and_writes_all_to_a_file(tmp_path):
+    lake = str(tmp_path / "lake")
+    res = runner.invoke(
+        app, ["query", "SELECT * FROM range(5000)", "--lake", lake, "--limit", "10"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "10 row(s)" in res.output and "4990 more row(s) not shown" in res.output
+    out = tmp_path / "all.parquet"
+    res = runner.invoke(
+        app,
+        ["query", "SELECT * FROM range(5000)", "--lake", lake, "-f", "parquet", "--out", str(out)],
+    )
+    assert res.exit_code == 0 and pq.read_table(out).num_rows == 5000
+    res = runner.invoke(app, ["query", "SELECT 1", "--lake", lake, "-f", "parquet"])
+    assert res.exit_code == 2 and "--out" in res.output
+
+
+def test_twenty_million_rows_stay_in_bounded_memory(tmp_path):
+    """The probe that reached 7-10 GB: the CLI streams, shows 1,000 rows and counts the rest."""
+    errs_file = tmp_path / "stderr.txt"
+    with open(errs_file, "w") as errs_out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "query", "SELECT * FROM range(20000000)",
+             "--lake", str(tmp_path / "lake")],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=errs_out, text=True,
+        )  # fmt: skip
+        _, status, usage = os.wait4(proc.pid, 0)
+    errs = errs_file.read_text()
+    assert os.waitstatus_to_exitcode(status) == 0, errs
+    assert "19999000 more row(s)" in " ".join(errs.split())
+    assert usage.ru_maxrss < 1_500_000, f"peak RSS {usage.ru_maxrss} kB"  # kB on Linux
+
+
+# ---- data is printed, never obeyed ----------------------------------------------------------
+
+
+def test_cells_are_text_not_markup_or_terminal_codes(tmp_path):
+    sql = "SELECT 'draw((0,0)); [/asy] [link=http://evil]x[/link] ' || chr(27) || ']8;;http://e' || chr(7) AS q"
+    res = runner.invoke(app, ["query", sql, "--lake", str(tmp_path / "lake")])
+    assert res.exit_code == 0, res.output
+    assert "[/asy]" in res.output and "[link=http://evil]x[/link]" in res.output
+    assert "\x1b" not in res.output and "\x07" not in res.output
+    assert "\\x1b" in res.output and "\\x07" in res.output
+
+
+def test_math500_questions_with_asy_markup_print(shared, tmp_path):
+    lake = str(tmp_path / "lake")
+    assert (
+        runner.invoke(app, ["ingest", str(shared / "questions/math500"), "--lake", lake]).exit_code
+        == 0
+    )
+    sql = "SELECT question FROM questions WHERE question LIKE '%[/asy]%'"
+    res = runner.invoke(app, ["query", sql, "--lake", lake, "--limit", "0"])
+    assert res.exit_code == 0, res.output
+    n = query(Lake(lake), sql.replace("question FROM", "count(*) n FROM")).to_pylist()[0]["n"]
+    assert n > 40 and f"{n} row(s)" in res.output and "[asy]" in res.output  # shown, not parsed
+
+
+def test_names_and_errors_from_the_data_are_escaped(tmp_path):
+    src = tmp_path / "in" / "[bold]x[/bold]" / "a.jsonl"
+    src.parent.mkdir(parents=True)
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok \x1b[2J"}]
+    src.write_text(json.dumps({"messages": msgs}) + "\n")
+    res = runner.invoke(app, ["ingest", str(src.parent.parent), "--lake", str(tmp_path / "lake")])
+    assert res.exit_code == 0, res.output
+    bad = "SELECT CAST('[/red] x' AS INTEGER)"
+    res = runner.invoke(app, ["query", bad, "--lake", str(tmp_path / "lake")])
+    assert res.exit_code == 1 and "[/red]" in res.output  # the error names the SQL as text
+    tid = json.loads(
+        runner.invoke(
+            app,
+            [
+                "query",
+                "SELECT trajectory_id FROM trajectories",
+                "--lake",
+                str(tmp_path / "lake"),
+                "-f",
+                "json",
+            ],
+        ).stdout
+    )
+    assert len(tid) == 1
+    res = runner.invoke(app, ["show", tid[0]["trajectory_id"], "--lake", str(tmp_path / "lake")])
+    assert res.exit_code == 0 and "\x1b" not in res.output and "\\x1b[2J" in res.output

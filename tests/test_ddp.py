@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 import torch
@@ -57,6 +58,8 @@ def _worker(rank: int, model_dir: str, out: str, port: int) -> None:
     _step(ddp, ids[half], attn[half], mask[half], adv[half])
     if rank == 0:
         torch.save(model.state_dict(), out)
+    del ddp  # the reducer goes while its process group lives (gloo's teardown can hang otherwise)
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

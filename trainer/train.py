@@ -440,8 +440,14 @@ def train(
         )
         _plot(out)
     if world > 1:
+        import gc
+
         import torch.distributed as dist
 
+        # free DDP's reducer while its process group still lives: gloo's destructor can wait
+        # forever on a peer that has already left
+        del trained
+        gc.collect()
         dist.barrier()
         dist.destroy_process_group()
     return history

@@ -17,9 +17,12 @@ from prefect import Task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.tasks import exponential_backoff
 
+from flows.local_server import install as install_server_watchdog
 from pipeline.fingerprint import OWNS, READS, code_version, dataset_fingerprint, tables_fingerprint
 from pipeline.lake import Lake
 from pipeline.transient import is_transient
+
+install_server_watchdog()  # every stage flow imports this module: their local server dies with us
 
 STAGE_CACHE = INPUTS + TASK_SOURCE
 

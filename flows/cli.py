@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import sys
 from decimal import Decimal
 from pathlib import Path
@@ -22,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
+from pipeline import stop  # noqa: E402
 from pipeline.lake import Lake, resolve_root  # noqa: E402
 from pipeline.terminal import clean, esc  # noqa: E402
 
@@ -778,6 +780,15 @@ def serve(
     serve_deployments(path, limit=limit)
 
 
+def _on_sigterm(signum: int, frame: object) -> None:
+    """First SIGTERM: stop at the next safe point (between records, files, batches). A second
+    one stops at once."""
+    if stop.requested():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    stop.request()
+
+
 def main() -> None:
     """The console script: the CLI, with a clear message when Prefect's local server cannot start."""
     from flows.progress import set_hook
@@ -787,10 +798,18 @@ def main() -> None:
             err.print(f"[yellow]{esc(payload)}[/yellow]") if event == "wait" else None
         )
     )
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         app()
-    except RuntimeError as e:
-        if "ephemeral Prefect API server" not in str(e):
+    except BaseException as e:
+        if stop.requested():  # whatever the stop looked like on its way out (Prefect's own
+            # TerminationSignal, Stopped, a failed flow): one clear message and 128 + SIGTERM
+            err.print(
+                "[yellow]stopped[/yellow] on SIGTERM at a safe point: what was committed stays, "
+                "what was being written was discarded; rerun to continue"
+            )
+            raise SystemExit(143) from None
+        if not isinstance(e, RuntimeError) or "ephemeral Prefect API server" not in str(e):
             raise
         home = os.environ.get("PREFECT_HOME", "~/.prefect")
         err.print(

@@ -7,8 +7,11 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.local_server import install as install_server_watchdog
 from flows.progress import report
 from trainer.train import TrainConfig, train
+
+install_server_watchdog()  # the local server Prefect starts for this flow dies with us
 
 
 @task(name="grpo-tcr", cache_policy=NO_CACHE)

@@ -21,6 +21,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 
+from pipeline import stop
 from pipeline.ids import digest
 from pipeline.lake import Lake
 from pipeline.query import query
@@ -167,6 +168,7 @@ def rollout_labels(
     )
     try:
         for b in range(0, len(todo), config.batch_questions):
+            stop.check("between label batches")  # committed batches stay; a rerun resumes
             batch = todo[b : b + config.batch_questions]
             episodes = run_episodes(
                 engine,

@@ -261,13 +261,15 @@ class LazyParts:
         self.stack = contextlib.ExitStack()
         self.writers: dict[str, PartWriter] = {}
 
-    def add(self, table: str, row: dict) -> None:
+    def add(self, table: str, row: dict, nbytes: int = 0) -> None:
+        """``nbytes``: about how much memory the row holds (its record's size), so buffers
+        flush by bytes as well as by rows."""
         w = self.writers.get(table)
         if w is None:
             w = self.writers[table] = self.stack.enter_context(
                 self.lake.part_writer(table, self.part)
             )
-        w.add(row)
+        w.add(row, nbytes)
 
     def __enter__(self) -> LazyParts:
         return self
@@ -279,23 +281,32 @@ class LazyParts:
 class PartWriter:
     """Buffers dict rows and writes them as row groups; the schema is the table's."""
 
-    def __init__(self, schema: pa.Schema, sink: object, rows_per_group: int = 5_000):
+    def __init__(
+        self,
+        schema: pa.Schema,
+        sink: object,
+        rows_per_group: int = 5_000,
+        bytes_per_group: int = 32 << 20,
+    ):
         self.schema = schema
         self.rows_per_group = rows_per_group
+        self.bytes_per_group = bytes_per_group
         self._writer = pq.ParquetWriter(sink, schema, **PARQUET_OPTIONS)
         self._buf: list[dict] = []
+        self._buf_bytes = 0
         self.rows = 0
 
-    def add(self, row: dict) -> None:
+    def add(self, row: dict, nbytes: int = 0) -> None:
         self._buf.append(row)
-        if len(self._buf) >= self.rows_per_group:
+        self._buf_bytes += nbytes
+        if len(self._buf) >= self.rows_per_group or self._buf_bytes >= self.bytes_per_group:
             self.flush()
 
     def flush(self) -> None:
         if self._buf:
             self._writer.write_table(pa.Table.from_pylist(self._buf, schema=self.schema))
             self.rows += len(self._buf)
-            self._buf = []
+            self._buf, self._buf_bytes = [], 0
 
     def close(self) -> None:
         if self._writer is not None:

@@ -122,7 +122,7 @@ INGEST_LOG = pa.schema(
         ("source_uri", pa.string()),
         ("source", pa.string()),
         ("source_format", pa.string()),
-        ("status", pa.string()),  # ingested | companion
+        ("status", pa.string()),  # ingested | companion | empty | refused (not a regular file)
         ("size_bytes", pa.int64()),
         ("records_read", pa.int64()),
         ("records_accepted", pa.int64()),

@@ -38,15 +38,19 @@ class RawRecord:
     error: RecordError | None = None
     size: int | None = None  # the record's full size when ``raw`` holds only its start
 
-    def raw_text(self) -> str:
+    def raw_text(self, limit: int | None = None) -> str:
+        """The record's text, at most ``limit`` bytes of it (cut before decoding, so a huge
+        record never becomes a huge string)."""
         if self.raw is not None:
-            return self.raw.decode("utf-8", errors="backslashreplace")
+            raw = self.raw if limit is None else self.raw[:limit]
+            return raw.decode("utf-8", errors="backslashreplace")
         if self.value is None:
             return ""
         try:
-            return orjson.dumps(self.value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
+            text = orjson.dumps(self.value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
         except (TypeError, RecursionError):  # too deep for JSON: a bounded repr, never a crash
-            return _SHORT_REPR.repr(self.value)
+            text = _SHORT_REPR.repr(self.value)
+        return text if limit is None else text[:limit]
 
 
 def strip_compression(path: str) -> tuple[str, str | None]:
@@ -157,23 +161,31 @@ def iter_json_array(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
     i = 0
     with open_binary(path) as f:
         try:
-            events = ijson.basic_parse(f, use_float=True)
+            # multiple_values: data after the closing ']' is read too, never dropped unseen
+            events = ijson.basic_parse(f, use_float=True, multiple_values=True)
             next(events, None)  # the opening '[' (the container was sniffed as an array)
-            depth, builder, too_deep = 1, None, False
+            # depth 0: between top-level values; base: the depth at which a record ends
+            # (1 inside an array, 0 for a stray top-level value after one)
+            depth, base, builder, too_deep = 1, 1, None, False
             for event, value in events:
+                if depth == 0:
+                    if event == "start_array":  # another array follows: read its elements
+                        depth, base = 1, 1
+                        continue
+                    base = 0  # a value after ']' is one more record, never dropped unseen
                 if event in ("start_map", "start_array"):
                     depth += 1
                 elif event in ("end_map", "end_array"):
                     depth -= 1
-                    if depth == 0:
-                        return  # the closing ']'
+                    if depth == 0 and base == 1:
+                        continue  # an array's closing ']'
                 if not too_deep:
                     if depth > MAX_DEPTH:
                         too_deep, builder = True, None
                     else:
                         builder = builder or ijson.common.ObjectBuilder()
                         builder.event(event, value)
-                if depth == 1:  # an element ends here
+                if depth == base:  # a record ends here
                     if too_deep:
                         yield RawRecord(
                             i,
@@ -185,7 +197,8 @@ def iter_json_array(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
                     elif builder is not None:
                         yield RawRecord(i, builder.value)
                     i, builder, too_deep = i + 1, None, False
-            raise ValueError("the array is not closed")
+            if depth != 0:
+                raise ValueError("the array is not closed")
         except (ijson.JSONError, UnicodeDecodeError, ValueError) as e:
             reason = (
                 Reason.INVALID_UTF8 if isinstance(e, UnicodeDecodeError) else Reason.TRUNCATED_JSON
@@ -257,4 +270,10 @@ def iter_records(path: str, container: str, max_record_bytes: int) -> Iterator[R
         return _guarded(iter_json_array(path, max_record_bytes))
     if container == "parquet":
         return _guarded(iter_parquet(path))
-    return _guarded(iter([read_document(path, max_record_bytes)]))
+    return _guarded(_document(path, max_record_bytes))
+
+
+def _document(path: str, max_record_bytes: int) -> Iterator[RawRecord]:
+    """The document read when iterated, inside ``_guarded``: a corrupt .gz/.zst document is a
+    quarantine row, not an exception out of the stage."""
+    yield read_document(path, max_record_bytes)

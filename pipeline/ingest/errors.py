@@ -24,6 +24,7 @@ class Reason(StrEnum):
     BAD_TOOL_CALL = "bad_tool_call"  # a call with no name, or arguments that are not JSON
     NO_QUESTION = "no_question"
     UNREADABLE_FILE = "unreadable_file"  # parquet/gzip/zstd container that cannot be decoded
+    NOT_A_REGULAR_FILE = "not_a_regular_file"  # a FIFO, device or socket: never opened
     NO_ROWS = "no_rows"  # the reader mapped the record to nothing
     READER_ERROR = "reader_error"  # a bug in a reader: kept with its traceback, never a crash
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import time
 import traceback
 from collections import Counter
@@ -21,6 +22,7 @@ from datetime import datetime
 import fsspec
 import pyarrow as pa
 
+from pipeline import stop
 from pipeline.ids import record_id
 from pipeline.ingest.containers import (
     RawRecord,
@@ -47,7 +49,7 @@ class IngestConfig:
     )
     format: str | None = None  # force a reader by name instead of auto-detection
     max_record_bytes: int = 64 << 20  # larger records are quarantined as record_too_large
-    max_raw_bytes: int = 1 << 20  # raw text kept per quarantine row (the full size is recorded)
+    max_raw_bytes: int = 64 << 10  # raw text kept per quarantine row (the full size is recorded)
     force: bool = False  # re-ingest files whose content is already in the lake
     now: datetime | None = None  # ingest timestamp (tests pin it for byte-identical lakes)
 
@@ -55,7 +57,7 @@ class IngestConfig:
 @dataclass
 class FileReport:
     path: str
-    status: str  # ingested | unchanged | companion | empty
+    status: str  # ingested | unchanged | companion | empty | refused (not a regular file)
     source: str | None = None
     reader: str | None = None
     file_sha256: str | None = None
@@ -127,7 +129,44 @@ def skipped_files(paths: Iterable[str]) -> list[str]:
     return out
 
 
+def special_file(path: str) -> str | None:
+    """Why a local path is not a regular file (a FIFO, a device, a socket, also behind a
+    symlink), or None. Such a file is never opened: a FIFO blocks, /dev/zero never ends."""
+    local = path[7:] if path.startswith("file://") else path if "://" not in path else None
+    if local is None:
+        return None
+    try:
+        mode = os.stat(local).st_mode
+    except OSError as e:
+        return f"cannot stat: {e.strerror}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a directory"
+        if stat.S_ISDIR(mode)
+        else "not a regular file"
+    )
+    target = os.path.realpath(local)
+    return kind + (f" ({target})" if target != os.path.abspath(local) else "")
+
+
+def _refused_sha(path: str) -> str:
+    """A stand-in content hash for a file that is never read: one per path, so a rerun finds
+    it done and a regular file put there later is ingested."""
+    return hashlib.sha256(f"not-a-regular-file\0{path}".encode()).hexdigest()
+
+
 def file_sha256(path: str) -> tuple[str, int]:
+    if special_file(path) is not None:
+        return _refused_sha(path), 0
     h = hashlib.sha256()
     n = 0
     with fsspec.open(path, "rb") as f:
@@ -172,10 +211,20 @@ def _detect(path: str, container: str, max_record_bytes: int, tries: int = 20) -
     return None
 
 
-def _raw_size(rec: RawRecord, raw: str) -> int:
+def _record_bytes(rec: RawRecord) -> int:
+    """About the memory a record's rows hold, for flushing by bytes."""
     if rec.size is not None:
         return rec.size
-    return len(rec.raw) if rec.raw is not None else len(raw.encode("utf-8", "surrogatepass"))
+    return len(rec.raw) if rec.raw is not None else 1024
+
+
+def _raw_size(rec: RawRecord, raw: str) -> int:
+    """The record's full size (``raw`` may be only its start)."""
+    if rec.size is not None:
+        return rec.size
+    if rec.raw is not None:
+        return len(rec.raw)
+    return len(rec.raw_text().encode("utf-8", "surrogatepass"))
 
 
 def _reader_failure(e: Exception) -> RecordError:
@@ -231,8 +280,10 @@ def ingest_file(
     """Ingest one file (``digest``: its (sha256, size) when the caller hashed it already)."""
     t0 = time.perf_counter()
     now = config.now or run_time()
+    stop.check(f"before {path}")
     sha, size = digest or file_sha256(path)
     report = FileReport(path=path, status="ingested", file_sha256=sha, size_bytes=size)
+    refused = special_file(path)
     if sha in registry.by_hash and not config.force:
         report.status = "unchanged"
         prev = registry.by_hash[sha]
@@ -245,12 +296,14 @@ def ingest_file(
         return report
 
     reader: Reader | None = None
-    try:
-        container = sniff_container(path, config.max_record_bytes)
-        if not config.format:
-            reader = _detect(path, container, config.max_record_bytes)
-    except Exception:  # noqa: BLE001 - unreadable head: the record loop below quarantines it
-        container = "json_document"
+    container = "json_document"
+    if refused is None:
+        try:
+            container = sniff_container(path, config.max_record_bytes)
+            if not config.format:
+                reader = _detect(path, container, config.max_record_bytes)
+        except Exception:  # noqa: BLE001 - unreadable head: the record loop below quarantines it
+            container = "json_document"
     if config.format:
         reader = by_name(config.format)
     source = (
@@ -266,7 +319,11 @@ def ingest_file(
         report.status = "companion"
     else:
         records: Iterator[RawRecord]
-        if reader is not None and reader.whole_file:
+        if refused is not None:  # one quarantine row for the file; it is never opened
+            records = iter(
+                [RawRecord(0, raw=b"", error=RecordError(Reason.NOT_A_REGULAR_FILE, refused))]
+            )
+        elif reader is not None and reader.whole_file:
             records = iter_records(path, "json_document", config.max_record_bytes)
         else:
             records = iter_records(path, container, config.max_record_bytes)
@@ -278,6 +335,8 @@ def ingest_file(
         }
         with LazyParts(lake, part) as parts:
             for rec in records:
+                if report.records_read % 1000 == 999:
+                    stop.check(f"in {path}")  # the parts so far are discarded, nothing committed
                 report.records_read += 1
                 err = rec.error
                 rows: list[tuple[str, dict]] = []
@@ -298,7 +357,7 @@ def ingest_file(
                 if err is not None:
                     report.quarantined += 1
                     report.reasons[err.reason.value] += 1
-                    raw = rec.raw_text()
+                    raw = rec.raw_text(config.max_raw_bytes)
                     parts.add(
                         "quarantine",
                         {
@@ -309,10 +368,11 @@ def ingest_file(
                             "record_id": record_id(sha, rec.index, 0),
                             **lineage,
                             "source_index": rec.index,
-                            "raw": raw[: config.max_raw_bytes],
+                            "raw": raw,
                             "raw_bytes": _raw_size(rec, raw),
                             "quarantined_at": now,
                         },
+                        len(raw),
                     )
                 else:
                     report.accepted += 1
@@ -321,11 +381,13 @@ def ingest_file(
                         row["record_id"] = record_id(sha, rec.index, sub)
                         row["source_index"] = rec.index
                         row["ingested_at"] = now
-                        parts.add(table, row)
+                        parts.add(table, row, _record_bytes(rec))
                         report.rows[table] += 1
                 if on_record is not None and report.records_read % 1000 == 0:
                     on_record(report.records_read)
-        if report.records_read == 0:
+        if refused is not None:
+            report.status = "refused"
+        elif report.records_read == 0:
             report.status = "empty"
 
     # Commit: the ingest-log entry makes the parts visible; then retire superseded versions.

@@ -781,11 +781,8 @@ def serve(
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    """First SIGTERM: stop at the next safe point (between records, files, batches). A second
-    one stops at once."""
-    if stop.requested():
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+    """SIGTERM: stop at the next safe point (between records, files, batches); SIGKILL is the
+    way to stop at once. (Prefect re-delivers the signal to this handler after its own.)"""
     stop.request()
 
 

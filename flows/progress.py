@@ -38,10 +38,12 @@ def writer_lock(lake: Any, timeout: float | None = None) -> Any:
 
 def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run a flow function holding the writer lock of its ``lake`` parameter (reentrant, so the
-    pipeline flow and its stage subflows share one hold)."""
+    pipeline flow and its stage subflows share one hold); a SIGTERM meanwhile also asks its
+    worker threads to stop at their next safe point."""
     import functools
     import inspect
 
+    from pipeline import stop
     from pipeline.lake import Lake
 
     sig = inspect.signature(fn)
@@ -50,7 +52,7 @@ def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         bound = sig.bind(*args, **kwargs)
         bound.apply_defaults()
-        with writer_lock(Lake(bound.arguments.get("lake"))):
+        with writer_lock(Lake(bound.arguments.get("lake"))), stop.on_sigterm():
             return fn(*args, **kwargs)
 
     return wrapper

@@ -172,6 +172,85 @@ def mutate(data: bytes, ops: list[str], seed: int) -> bytes:
     return data
 
 
+# ---- containers: compressed, corrupt, special ------------------------------------------------
+
+COMPRESSED = (".gz", ".zst", ".bz2", ".xz")
+
+
+def compress(payload: bytes, suffix: str) -> bytes:
+    """``payload`` in the container its suffix names (none for plain suffixes)."""
+    if suffix.endswith(".gz"):
+        return gzip.compress(payload, mtime=0)
+    if suffix.endswith(".zst"):
+        import zstandard
+
+        return zstandard.ZstdCompressor().compress(payload)
+    if suffix.endswith(".bz2"):
+        import bz2
+
+        return bz2.compress(payload)
+    if suffix.endswith(".xz"):
+        import lzma
+
+        return lzma.compress(payload)
+    return payload
+
+
+def corrupt_container(data: bytes, how: str, rng: random.Random) -> bytes:
+    """A compressed file broken the ways real ones are: cut short, bit-flipped, or not
+    compressed at all under a compressed name."""
+    if how == "truncate":
+        return data[: rng.randrange(max(1, len(data)))]
+    if how == "bitflip":
+        return _bitflip(data, rng)
+    return b"this is not a compressed stream\n" + data[:16]
+
+
+def check_corrupt_container(folder: Path, payload: bytes, suffix: str, how: str, seed: int):
+    """Ingest a corrupt container, then a good file after it: both accounted for."""
+    bad = folder / "in" / f"a-bad{suffix}"
+    good = folder / "in" / "z-good.jsonl"
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_bytes(corrupt_container(compress(payload, suffix), how, random.Random(seed)))
+    good.write_bytes(b'{"question": "1+1?", "answer": "2"}\n')
+    return check_files(folder, 2)
+
+
+def check_special_files(folder: Path, suffixes: tuple[str, ...]) -> list[FileReport]:
+    """A FIFO and a symlink to /dev/zero under every supported suffix, beside a good file."""
+    import os
+
+    d = folder / "in"
+    d.mkdir(parents=True, exist_ok=True)
+    for i, suf in enumerate(suffixes):
+        os.mkfifo(d / f"fifo{i}{suf}")
+        os.symlink("/dev/zero", d / f"zero{i}{suf}")
+    (d / "z-good.jsonl").write_bytes(b'{"question": "1+1?", "answer": "2"}\n')
+    reports = check_files(folder, 2 * len(suffixes) + 1)
+    refused = [r for r in reports if r.status == "refused"]
+    assert len(refused) == 2 * len(suffixes), [r.status for r in reports]
+    assert all(r.reasons == {"not_a_regular_file": 1} for r in refused)
+    return reports
+
+
+def check_files(folder: Path, n_files: int) -> list[FileReport]:
+    """Ingest ``folder/in``: every file reported, every record accounted for, in the lake too."""
+    lake = Lake(str(folder / "lake"))
+    result = ingest([str(folder / "in")], lake, IngestConfig(source="fuzz"))
+    assert len(result.files) == n_files, [f.path for f in result.files]
+    for r in result.files:
+        assert r.records_read == r.accepted + r.quarantined, r
+        assert sum(r.reasons.values()) == r.quarantined, r
+    t = result.totals
+    rows = query(lake, "SELECT count(*) n FROM quarantine")["n"][0].as_py()
+    assert rows == t["quarantined"], (rows, t)
+    committed = query(lake, "SELECT count(*) f, sum(records_read) n FROM ingest_log").to_pylist()
+    assert committed == [{"f": n_files, "n": t["records_read"]}], (committed, t)
+    good = [r for r in result.files if r.path.endswith("z-good.jsonl")]
+    assert all(r.accepted == 1 for r in good)
+    return result.files
+
+
 # ---- the invariant ---------------------------------------------------------------------------
 
 
@@ -183,7 +262,7 @@ def check_ingest(
     path = folder / "in" / (name or f"input{suffix}")
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data + b"\n" if suffix.startswith(".jsonl") else data
-    path.write_bytes(gzip.compress(payload, mtime=0) if suffix.endswith(".gz") else payload)
+    path.write_bytes(compress(payload, suffix))
     lake = Lake(str(folder / "lake"))
     result = ingest([str(path)], lake, IngestConfig(format=fmt, source="fuzz"))
     (r,) = result.files

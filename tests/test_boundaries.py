@@ -214,3 +214,157 @@ def test_names_and_errors_from_the_data_are_escaped(tmp_path):
     assert len(tid) == 1
     res = runner.invoke(app, ["show", tid[0]["trajectory_id"], "--lake", str(tmp_path / "lake")])
     assert res.exit_code == 0 and "\x1b" not in res.output and "\\x1b[2J" in res.output
+
+
+# ---- flow ingest: nothing stops it, nothing is lost unseen ----------------------------------
+
+CHAT = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+
+
+def test_data_after_a_json_arrays_closing_bracket_is_read(tmp_path):
+    one = json.dumps(CHAT)
+    src = tmp_path / "in" / "concat.json"
+    src.parent.mkdir()
+    src.write_text(f"[{one},{one},{one}]\n[{one},{one},{one}]\n")
+    (r,) = ingest([str(src)], Lake(str(tmp_path / "lake"))).files
+    assert (r.records_read, r.accepted) == (6, 6)  # once 3: the second array was dropped
+    src.write_text(f'[{one}]\n{one}\n"a stray string"\n[{one}')
+    (r,) = ingest([str(src)], Lake(str(tmp_path / "lake2"))).files
+    assert (r.records_read, r.accepted, r.quarantined) == (5, 3, 2)
+    assert r.reasons == {"not_an_object": 1, "truncated_json": 1}  # the rest, seen and kept
+
+
+def _peak_rss_of(cmd: list[str], tmp_path: Path, timeout: float = 120) -> tuple[int, str, int]:
+    """(exit code, stderr, peak RSS in MB) of a command run to the end."""
+    errs = tmp_path / "stderr.txt"
+    with open(errs, "w") as e:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=e)
+        t0 = time.monotonic()
+        while proc.poll() is None and time.monotonic() - t0 < timeout:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.kill()
+        _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
+    code = proc.returncode if usage is None else os.waitstatus_to_exitcode(status)
+    rss = usage.ru_maxrss // 1024 if usage else -1
+    return code, errs.read_text(), rss
+
+
+def test_a_small_file_of_huge_invalid_lines_stays_in_bounded_memory(tmp_path):
+    """90 KB of .jsonl.zst holding 2,000 invalid 1 MB lines once peaked at 6.5 GB."""
+    import zstandard
+
+    src = tmp_path / "in" / "bomb.jsonl.zst"
+    src.parent.mkdir()
+    line = b"{" + b"x" * (1 << 20) + b"\n"
+    with open(src, "wb") as f, zstandard.ZstdCompressor().stream_writer(f) as w:
+        for _ in range(1000):
+            w.write(line)
+    assert src.stat().st_size < 200_000
+    script = (
+        "import sys; from pipeline.ingest import ingest; from pipeline.lake import Lake\n"
+        f"r = ingest([{str(src)!r}], Lake({str(tmp_path / 'lake')!r})).files[0]\n"
+        "print(r.records_read, r.quarantined, dict(r.reasons), file=sys.stderr)\n"
+    )
+    code, errs, rss = _peak_rss_of([sys.executable, "-c", script], tmp_path)
+    assert code == 0, errs
+    assert errs.split()[:2] == ["1000", "1000"] and "invalid_json" in errs
+    assert rss < 1024, f"peak RSS {rss} MB"
+    q = query(
+        Lake(str(tmp_path / "lake")), "SELECT max(length(raw)) m, min(raw_bytes) b FROM quarantine"
+    )
+    assert q.to_pylist() == [{"m": 64 << 10, "b": (1 << 20) + 2}]  # the start kept, the size told
+
+
+def test_special_files_do_not_hang_the_cli(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    os.symlink("/dev/zero", d / "zero.jsonl")
+    os.mkfifo(d / "fifo.jsonl")
+    (d / "ok.jsonl").write_text(json.dumps(CHAT) + "\n")
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"))
+    res = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "ingest", str(d), "--lake", str(tmp_path / "lake"),
+         "--format", "openai_chat"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = " ".join(res.stdout.split())
+    assert "records read 3 = accepted 1 + quarantined 2" in out and "refused 2" in out
+    reasons = query(
+        Lake(str(tmp_path / "lake")), "SELECT reason, detail FROM quarantine"
+    ).to_pylist()
+    assert sorted(r["detail"] for r in reasons) == ["a FIFO", "a character device (/dev/zero)"]
+
+
+def _many_files(d: Path, n: int, records: int) -> None:
+    d.mkdir(parents=True)
+    line = (json.dumps(CHAT) + "\n").encode()
+    for i in range(n):
+        rows = [line.replace(b'"a"}', f'"a{i}-{j}"}}'.encode()) for j in range(records)]
+        (d / f"f{i:03d}.jsonl").write_bytes(b"".join(rows))
+
+
+def _server_pids(parent: int) -> list[int]:
+    """Prefect's temporary server started by ``parent`` (its watchdog names the parent)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"prefect.server.api.server:create_app" in cmd and str(parent).encode() in cmd:
+                out.append(int(d))
+    return out
+
+
+def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
+    inputs, lake = tmp_path / "in", tmp_path / "lake"
+    _many_files(inputs, 30, 4000)
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"))
+    cmd = [sys.executable, "-m", "flows.cli", "ingest", str(inputs), "--lake", str(lake)]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    log = lake / "tables" / "ingest_log"
+    t0 = time.monotonic()
+    while not (log.is_dir() and any(log.glob("*.parquet"))) and time.monotonic() - t0 < 120:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    server = _server_pids(proc.pid)
+    proc.send_signal(15)
+    out, errs = proc.communicate(timeout=30)
+    assert proc.returncode == 143, errs.decode()[-2000:]
+    assert b"stopped" in errs and b"rerun to continue" in errs
+    committed = len(list(log.glob("*.parquet")))
+    assert 1 <= committed < 30
+    assert not [p for p in lake.rglob(".*") if p.is_file() and p.name != ".lock"]  # no temp part
+    deadline = time.monotonic() + 5
+    while any(Path(f"/proc/{p}").exists() for p in server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server and not _server_pids(proc.pid)  # its server went with it
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert query(Lake(str(lake)), "SELECT count(*) n FROM trajectories").to_pylist() == [
+        {"n": 30 * 4000}
+    ]
+
+
+def test_kill_9_leaves_no_prefect_server_behind(tmp_path):
+    inputs = tmp_path / "in"
+    _many_files(inputs, 2, 10)
+    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"))
+    cmd = [sys.executable, "-m", "flows.cli", "ingest", str(inputs), "--lake", str(tmp_path / "l")]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    t0 = time.monotonic()
+    while not _server_pids(proc.pid) and time.monotonic() - t0 < 120:
+        time.sleep(0.05)
+    server = _server_pids(proc.pid)
+    assert server, "the run never started its server"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _server_pids(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _server_pids(proc.pid) == []  # once ~330 MB left running after every kill

@@ -19,7 +19,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import PINNED, require_shared
-from tests.harness import MUTATIONS, check_ingest, mutate, sample_records
+from tests.harness import (
+    COMPRESSED,
+    MUTATIONS,
+    check_corrupt_container,
+    check_ingest,
+    check_special_files,
+    mutate,
+    sample_records,
+)
 
 FUZZ = settings(
     max_examples=12,
@@ -53,7 +61,10 @@ def test_every_reader_has_a_real_sample(samples):
 
 
 @FUZZ
-@given(data=st.binary(max_size=4096), suffix=st.sampled_from([".jsonl", ".json", ".jsonl.gz"]))
+@given(
+    data=st.binary(max_size=4096),
+    suffix=st.sampled_from([".jsonl", ".json", ".jsonl.gz", ".json.zst", ".traj.xz"]),
+)
 def test_any_bytes_are_accepted_or_quarantined(tmp_path, data, suffix):
     check_ingest(tmp_path / uuid.uuid4().hex, data, suffix)
 
@@ -147,3 +158,27 @@ def test_an_array_element_nested_100k_deep_is_quarantined_without_blowing_memory
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert (r.records_read, r.accepted, dict(r.reasons)) == (2, 1, {"too_deep": 1})
     assert grown_mb < 200
+
+
+SWE_TRAJ = orjson.dumps(
+    {"trajectory": [{"action": f"ls {i}", "observation": f"file{i}.py " * 40} for i in range(40)]}
+)
+
+
+@pytest.mark.parametrize("how", ["truncate", "bitflip", "not_compressed"])
+@pytest.mark.parametrize(
+    "suffix", [f"{base}{comp}" for base in (".jsonl", ".json", ".traj") for comp in COMPRESSED]
+)
+def test_a_corrupt_container_is_quarantined_and_the_next_file_read(samples, tmp_path, suffix, how):
+    """A .json.gz that is not gzip, a truncated .traj.json.gz, a .traj.zst that is not zstd
+    (each once aborted the whole ingest): quarantined with a reason, the next file read."""
+    payload = (
+        SWE_TRAJ if suffix.startswith(".traj") else samples["openai_chat"][1] * 3
+    )  # a record of a real format, made long enough that a cut falls inside the stream
+    for seed in range(3):
+        check_corrupt_container(tmp_path / f"{how}{seed}", payload, suffix, how, seed)
+
+
+def test_fifos_and_device_symlinks_are_refused_without_opening_them(tmp_path):
+    """A FIFO named *.jsonl and a *.jsonl symlink to /dev/zero once hung ingest for ever."""
+    check_special_files(tmp_path, (".jsonl", ".json", ".jsonl.gz", ".parquet"))

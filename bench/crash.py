@@ -3,15 +3,20 @@ uninterrupted run's, byte for byte (dataset shards and manifests included). Mean
 queries every committed table of the lake being killed, over and over: it must never meet a
 partial file.
 
-    python bench/crash.py [--trials 20] [--inputs DIR] [--policy MODEL_DIR] [--seed 0]
+    python bench/crash.py [--trials 20] [--inputs DIR] [--policy MODEL_DIR] [--seed 0] [--own-server]
 
 With --policy, labels come from live rollouts of that model (transformers backend), so kills also
-land inside per-batch label checkpoints. One Prefect test server serves every run.
+land inside per-batch label checkpoints. One Prefect test server serves every run, and the kill
+hits the run's whole process group; with --own-server each run starts Prefect's temporary local
+server itself and the kill hits the run's main process only (as `kill -9 PID` or the OOM killer
+would). After every kill, the processes left from the killed run are counted: its session's
+members and the local server it started must all be gone within 5 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -73,6 +78,33 @@ def reader(lake: Path, stop: threading.Event, errors: list[str], reads: Counter)
                 errors.append(msg)
 
 
+def leftovers(pid: int) -> list[str]:
+    """Live processes of the run started as ``pid``: its session (it was started with its own)
+    and the local Prefect server whose watchdog names it."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == pid:
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if stat[0] in ("Z", "X"):
+            continue
+        server = b"prefect.server.api.server:create_app" in cmd and str(pid).encode() in cmd
+        if int(stat[3]) == pid or server:  # field 6 of stat: the session id
+            out.append(f"{d} {b' '.join(cmd)[:80].decode(errors='replace')}")
+    return out
+
+
+def wait_gone(pid: int, seconds: float = 5.0) -> list[str]:
+    deadline = time.monotonic() + seconds
+    while (left := leftovers(pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def run(lake: Path, inputs: str, env: dict, policy: str | None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "flows.cli", "run", "--lake", str(lake), "--inputs", inputs]
     if policy:
@@ -92,6 +124,7 @@ def main() -> None:
     ap.add_argument("--inputs", default=None, help="default: the demo corpus")
     ap.add_argument("--policy", default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--own-server", action="store_true")
     args = ap.parse_args()
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
@@ -104,12 +137,21 @@ def main() -> None:
         write_demo(str(work / "demo"))
         inputs = str(work / "demo")
     rng = random.Random(args.seed)
-    with prefect_test_harness(server_startup_timeout=120):
+    harness = (
+        contextlib.nullcontext()
+        if args.own_server
+        else prefect_test_harness(server_startup_timeout=120)
+    )
+    left_total = 0
+    with harness:
         env = os.environ | {
-            "PREFECT_API_URL": PREFECT_API_URL.value(),
             "SOURCE_DATE_EPOCH": EPOCH,
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         }
+        if args.own_server:
+            env["PREFECT_HOME"] = str(work / "prefect-home")
+        else:
+            env["PREFECT_API_URL"] = PREFECT_API_URL.value()
         t0 = time.perf_counter()
         ref = run(work / "reference", inputs, env, args.policy)
         assert ref.wait() == 0, "the uninterrupted run failed"
@@ -130,14 +172,22 @@ def main() -> None:
             time.sleep(delay)
             killed = proc.poll() is None
             if killed:
-                os.killpg(proc.pid, signal.SIGKILL)
+                if args.own_server:
+                    proc.kill()  # the main process only
+                else:
+                    os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            left = wait_gone(proc.pid)
+            left_total += len(left)
+            for p in left:
+                print(f"  left running after the kill: {p}", flush=True)
             stop.set()
             watcher.join()
             landed = stage_reached(lake) if killed else "finished before the kill"
             where[landed] += 1
             rerun = run(lake, inputs, env, args.policy)
             ok = rerun.wait() == 0 and snapshot(lake) == reference
+            left_total += len(wait_gone(rerun.pid))
             leftovers = [p for p in lake.rglob(".tmp-*")]
             equal += ok and not leftovers
             print(
@@ -152,7 +202,8 @@ def main() -> None:
         f"{reads['part replaced under the reader']} parts replaced under it, "
         f"{len(errors)} errors" + (f" (first: {errors[0]})" if errors else "")
     )
-    sys.exit(0 if equal == args.trials and not errors else 1)
+    print(f"processes left running after the kills and reruns: {left_total}")
+    sys.exit(0 if equal == args.trials and not errors and not left_total else 1)
 
 
 if __name__ == "__main__":

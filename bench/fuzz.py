@@ -24,7 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.ingest.stage import discover  # noqa: E402
 from pipeline.lake import Lake  # noqa: E402
 from pipeline.query import query  # noqa: E402
-from tests.harness import MUTATIONS, check_ingest, mutate  # noqa: E402
+from tests.harness import (  # noqa: E402
+    COMPRESSED,
+    MUTATIONS,
+    check_corrupt_container,
+    check_ingest,
+    check_special_files,
+    mutate,
+)
 
 
 def mutated_file(data: bytes, jsonl: bool, rng: random.Random) -> bytes:
@@ -43,6 +50,12 @@ def main() -> None:
     ap.add_argument("--per-file", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-mb", type=float, default=8.0, help="skip files larger than this")
+    ap.add_argument(
+        "--containers",
+        action="store_true",
+        help="also put every file in each compressed container, corrupt it 3 ways, and add "
+        "FIFOs and /dev/zero symlinks under every supported suffix",
+    )
     args = ap.parse_args()
     rng = random.Random(args.seed)
     files = [p for p, _ in discover([args.data])]
@@ -81,6 +94,40 @@ def main() -> None:
                         lake, "SELECT detail FROM quarantine WHERE reason = 'reader_error'"
                     )["detail"].to_pylist():
                         reader_errors[f"{r.reader}: {d.splitlines()[0][:150]}"] += 1
+        if args.containers:
+            for path in files:
+                raw = Path(path).read_bytes()
+                if path.endswith(".gz"):
+                    raw = gzip.decompress(raw)
+                if len(raw) > args.max_mb * (1 << 20):
+                    continue
+                base = Path(path.removesuffix(".gz")).suffix or ".json"
+                for comp in COMPRESSED:
+                    for how in ("truncate", "bitflip", "not_compressed"):
+                        cases += 1
+                        try:
+                            for r in check_corrupt_container(
+                                Path(tmp) / f"c{cases}", raw, base + comp, how, rng.randrange(2**32)
+                            ):
+                                totals.update(
+                                    read=r.records_read,
+                                    accepted=r.accepted,
+                                    quarantined=r.quarantined,
+                                )
+                                reasons.update(r.reasons)
+                        except Exception:  # noqa: BLE001
+                            failures += 1
+                            print(f"FAIL {path} {comp} {how}:\n{traceback.format_exc(limit=4)}")
+            cases += 1
+            try:
+                for r in check_special_files(
+                    Path(tmp) / "special",
+                    (".jsonl", ".ndjson", ".json", ".traj", ".parquet", ".jsonl.gz", ".json.zst"),
+                ):
+                    reasons.update(r.reasons)
+            except Exception:  # noqa: BLE001
+                failures += 1
+                print(f"FAIL special files:\n{traceback.format_exc(limit=4)}")
     secs = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     print(

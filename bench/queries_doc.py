@@ -5,6 +5,7 @@ python bench/queries_doc.py > docs/queries.md
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -97,8 +98,11 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(SHARED), help="the shared data folder")
+    args = ap.parse_args()
     lake = Lake(tempfile.mkdtemp(prefix="queries-lake-"))
-    ingest([str(SHARED)], lake)
+    ingest([args.data], lake)
     print("# Useful queries\n")
     print("Real output on all of `../shared/data` (`flow ingest ../shared/data`), regenerated with")
     print("`python bench/queries_doc.py > docs/queries.md`. Run any of them with")

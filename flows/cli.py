@@ -474,15 +474,19 @@ def train(
         )
 
 
-@app.command(name="eval")
 def eval_questions(lake: str | None, dataset: str, limit: int | None) -> list[dict]:
     """Held-out questions of one lake dataset (e.g. aime2024), in a stable order."""
     from pipeline.query import query as run_query
+    from pipeline.query import sql_string
 
-    sql = "SELECT question_id, question, ground_truth, answer_type FROM valid_questions WHERE dataset = '{}' ORDER BY question_id"
-    return run_query(Lake(lake), sql.format(dataset.replace("'", ""))).to_pylist()[:limit]
+    sql = (
+        "SELECT question_id, question, ground_truth, answer_type FROM valid_questions "
+        f"WHERE dataset = {sql_string(dataset)} ORDER BY question_id"
+    )
+    return run_query(Lake(lake), sql).to_pylist()[:limit]
 
 
+@app.command(name="eval")
 def eval_(
     model: Annotated[str, typer.Option(help="Model folder.")],
     lake: LakeOpt = None,

@@ -182,6 +182,13 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     assert "evaluation before" in res.output and "pass@4" in res.output
     res = runner.invoke(app, [*args, "--steps", "3", "--eval-set", "no_such_set"])
     assert res.exit_code == 2 and "no questions" in res.output
+    # flow eval on its own, end to end (its decorator once sat on a helper: the command failed)
+    ev = ["eval", "--model", "run/checkpoint-latest", "--eval-set", "demo_math", "--limit", "3"]
+    res = runner.invoke(app, [*ev, "--k", "2", "--max-tokens", "8", "--backend", "transformers"])
+    assert res.exit_code == 0, res.output
+    assert "pass@2" in res.output and "maj@2" in res.output
+    res = runner.invoke(app, ["eval", "--model", "run/checkpoint-latest", "--eval-set", "it's"])
+    assert res.exit_code == 1 and "no questions" in res.output
 
 
 def test_demo_corpus_is_deterministic(tmp_path):

@@ -370,6 +370,15 @@ def test_a_program_that_kills_or_stops_its_interpreter_costs_only_its_own_call()
         assert box.run("print('again')").stdout == "again\n"
 
 
+def test_a_tree_too_deep_to_clean_retires_its_worker():
+    deep = "import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nprint('deep')"
+    with Sandbox(FAST, workers=1) as box:
+        r = box.run(deep)
+        assert r.ok and r.stdout == "deep\n", r  # the program's own result is reported
+        after = box.run("import os; print(os.listdir('/tmp/work'))")
+    assert after.ok and after.stdout == "['main.py']\n"  # a fresh worker: nothing left
+
+
 def test_every_program_starts_from_a_clean_interpreter():
     with Sandbox(FAST, workers=1) as box:
         first = box.run(

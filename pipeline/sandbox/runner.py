@@ -134,6 +134,8 @@ class _Worker:
         if reason is not None:
             self.kill()
             return SandboxResult(False, "", "", None, reason, seconds, False, call_id)
+        if "retire" in res:  # its cleanup failed: it exits, and is replaced before the next call
+            self.kill()
         return _result(res, self.config, call_id, seconds)
 
     def kill(self) -> None:

@@ -311,8 +311,9 @@ def run_one(req: dict) -> dict:
         for path in ("/tmp", "/dev/shm"):
             _wipe(path)
         _drop_ipc()
-    except OSError as e:  # whatever is left could reach the next program: retire this worker
-        result["retire"] = f"cleanup failed: {e}"
+    except Exception as e:  # noqa: BLE001 - e.g. a tree too deep to walk: whatever is left could
+        # reach the next program, so this worker retires (its tmpfs goes with it)
+        result["retire"] = f"cleanup failed: {type(e).__name__}: {e}"
     return result
 
 

@@ -2,7 +2,7 @@
 stage, and Prefect's own overhead: the same stages called directly vs through the pipeline flow
 (ratio, same process). Then the no-op rerun through the flow.
 
-    python bench/pipeline.py [--data ../shared/data] [--workdir /tmp/bench-pipeline] [--copies N]
+    python bench/orchestration.py [--data ../shared/data] [--workdir /tmp/bench-pipeline] [--copies N]
 
 The Prefect server (ephemeral mode) is started before timing begins, by a trivial flow run; the
 report written at the end of the flow is timed on its own line.

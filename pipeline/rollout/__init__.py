@@ -1,1 +1,1 @@
-"""Rollouts: the sandbox, the verifier hook-up, the agent loop and the inference engines."""
+"""Rollouts: the agent loop and the inference engines (tools run in pipeline.sandbox)."""

@@ -7,7 +7,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
-from flows.progress import locked, report
+from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
 from pipeline.lake import Lake
 from pipeline.select import SelectConfig
@@ -58,6 +58,7 @@ def build_flow(
         name=name, select=SelectConfig(size=size, seed=seed), label_source=label_source
     )
     report("stage", "build")
+    log_upstream(lk, "build")
     run = run_cached(build_task, "build", lk, config, dataset=name)
     manifest = {k: v for k, v in run.result.items() if k != "_owns"} | {"state": run.state}
     create_markdown_artifact(

@@ -262,6 +262,19 @@ def validate(
     _print_validate(out)
 
 
+def _upstream(lake: str | None, stage: str) -> None:
+    """Refuse a stage run out of order, saying what is missing and the command that makes it."""
+    from pipeline.upstream import problems
+
+    errors, warnings = problems(Lake(lake), stage)
+    for w in warnings:
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}")
+    if errors:
+        for e in errors:
+            err.print(f"[red]nothing to {stage}:[/red] {esc(e)}")
+        raise typer.Exit(2)
+
+
 def _print_dedup(out: dict) -> None:
     c = out["counts"]
     p = out["params"]
@@ -310,6 +323,7 @@ def dedup(
 
     if backend not in ("auto", "datasketch", "rensa") or lsh not in ("bands", "datasketch"):
         raise typer.BadParameter("backend: auto|datasketch|rensa; lsh: bands|datasketch")
+    _upstream(lake, "dedup")
     with console.status("deduplicating…"):
         out = dedup_flow(
             lake=resolve_root(lake),
@@ -360,6 +374,7 @@ def label(
             f"{policy} is not a model folder (hub names need the network; download first)",
             param_hint="--policy",
         )
+    _upstream(lake, "label")
     with console.status("labelling…"):
         out = label_flow(
             lake=resolve_root(lake),
@@ -413,6 +428,7 @@ def build(
         check_name(name)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--name") from None
+    _upstream(lake, "build")
     with console.status("building…"):
         m = build_flow(
             lake=resolve_root(lake), name=name, size=size, seed=seed, label_source=label_source

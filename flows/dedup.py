@@ -12,7 +12,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached, stage_fingerprint
-from flows.progress import locked, report
+from flows.progress import locked, log_upstream, report
 from pipeline.dedup import DedupConfig, DedupResult, dedup
 from pipeline.dedup.stage import run_signature_job, signature_jobs
 from pipeline.fingerprint import code_version
@@ -99,6 +99,7 @@ def dedup_flow(
     if eval_sets is not None:
         config.eval_sets = tuple(eval_sets)
     report("stage", "dedup")
+    log_upstream(lk, "dedup")
     fp = stage_fingerprint(lk, "dedup", config)
     jobs, computed = [], 0
     if not _in_process():

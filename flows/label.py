@@ -7,7 +7,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
-from flows.progress import locked, report
+from flows.progress import locked, log_upstream, report
 from pipeline.label import LabelConfig, label, pass_rate_histogram
 from pipeline.lake import Lake
 from pipeline.rollout.engines import Sampling
@@ -45,6 +45,7 @@ def label_flow(
         sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
     )
     report("stage", "label")
+    log_upstream(lk, "label")
     run = run_cached(label_task, "label", lk, config)
     stats = {k: v for k, v in run.result.items() if k != "_owns"}
     hist = pass_rate_histogram(lk)

@@ -56,3 +56,20 @@ def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
 
     return wrapper
+
+
+def log_upstream(lake: Any, stage: str) -> None:
+    """Log in the flow run what ``stage`` misses from the stages before it (pipeline.upstream)."""
+    from pipeline.upstream import problems
+
+    errors, warnings = problems(lake, stage)
+    if not errors and not warnings:
+        return
+    try:
+        from prefect import get_run_logger
+
+        log = get_run_logger()
+    except Exception:  # noqa: BLE001 - outside a run there is no run logger
+        return
+    for msg in errors + warnings:
+        log.warning(f"{stage}: {msg}")

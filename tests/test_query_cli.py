@@ -195,3 +195,39 @@ def test_demo_corpus_is_deterministic(tmp_path):
     a = {p.name: p.read_bytes() for p in write_demo(tmp_path / "a")}
     b = {p.name: p.read_bytes() for p in write_demo(tmp_path / "b")}
     assert a == b and len(a) == 6
+
+
+def flat(text: str) -> str:
+    """Terminal output with its line wrapping undone."""
+    return " ".join(text.split())
+
+
+def test_stages_run_out_of_order_say_what_is_missing(tmp_path):
+    """They once found nothing, reported 0 rows and exited 0."""
+    lake = str(tmp_path / "lake")
+    res = runner.invoke(app, ["dedup", "--lake", lake])
+    assert res.exit_code == 2 and "no ingested rows: run `flow ingest PATH`" in res.output
+    demo = tmp_path / "demo"
+    write_demo(demo)
+    assert runner.invoke(app, ["ingest", str(demo), "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["dedup", "--lake", lake])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "0 validated: run `flow validate` first" in out, out
+    assert "questions, 125 trajectories and" in out
+    assert runner.invoke(app, ["validate", "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["label", "--lake", lake])
+    assert res.exit_code == 2 and "0 deduplicated: run `flow dedup` first" in flat(res.output)
+    res = runner.invoke(app, ["build", "--lake", lake])
+    assert res.exit_code == 2 and "run `flow dedup` first" in flat(res.output)
+    extra = tmp_path / "more" / "x.jsonl"
+    extra.parent.mkdir()
+    msgs = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    extra.write_text(json.dumps({"messages": msgs}) + "\n")
+    assert runner.invoke(app, ["ingest", str(extra), "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["dedup", "--lake", lake])  # runs, and says what it leaves out
+    out = " ".join(res.output.split())
+    assert res.exit_code == 0 and "are not validated yet and are left out" in out, out
+    res = runner.invoke(app, ["build", "--lake", lake])
+    assert res.exit_code == 2 and "0 labelled: run `flow label` first" in flat(res.output)
+    assert runner.invoke(app, ["label", "--lake", lake]).exit_code == 0
+    assert runner.invoke(app, ["build", "--lake", lake]).exit_code == 0

@@ -301,6 +301,8 @@ def _print_dedup(out: dict) -> None:
     console.print(
         f"evaluation sets: {c['questions_in_eval_sets']} unique questions in one, {c['questions_contaminated']} training questions near-duplicate one; train-eligible: {c['questions_train_eligible']}"
     )
+    for w in out.get("warnings", []):
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}")
 
 
 @app.command()
@@ -758,6 +760,8 @@ def run(
 
     print_rows(stage_rows(out["stages"]), title="pipeline run", max_width=100)
     print_rows(out["conservation"], title="counts per stage (whole lake)")
+    for w in out.get("warnings", []):
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}")
     if not all(c["balanced"] for c in out["conservation"]):
         err.print("[red]counts do not add up[/red]: see the table above")
     console.rule("sample query")

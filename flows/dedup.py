@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from prefect import flow, task, unmapped
+from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
@@ -44,7 +44,7 @@ def dedup_task(root: str, config: DedupConfig, fingerprint: str, code: str) -> d
 
 def markdown(result: DedupResult) -> str:
     c = result.counts
-    lines = [
+    lines = [f"**Warning**: {w}\n" for w in result.warnings] + [
         f"# Dedup ({result.params['backend']} signatures, {result.params['lsh']} LSH, b={result.params['bands']} r={result.params['rows']}, threshold {result.params['threshold']})",
         "",
         "| scope | in | kept | exact duplicates | near duplicates |",
@@ -113,7 +113,15 @@ def dedup_flow(
     if lk.fs.exists(folder):
         lk.fs.rm(folder, recursive=True)
     out = run.result
-    result = DedupResult(out["counts"], out["largest_clusters"], out["per_source"], out["params"])
+    result = DedupResult(
+        out["counts"],
+        out["largest_clusters"],
+        out["per_source"],
+        out["params"],
+        out.get("warnings", []),
+    )
+    for w in result.warnings:
+        get_run_logger().warning(w)
     create_markdown_artifact(
         key="dedup", markdown=markdown(result), description=f"Dedup of {lk.root}"
     )
@@ -126,4 +134,5 @@ def dedup_flow(
         "largest_clusters": result.largest_clusters,
         "per_source": result.per_source,
         "params": result.params,
+        "warnings": result.warnings,
     }

@@ -188,8 +188,15 @@ def pipeline_flow(
     run_name = runtime.flow_run.name or "local"
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     cons = conservation(lk, manifest)
+    warnings = [w for r in results.values() if isinstance(r, dict) for w in r.get("warnings", [])]
     index = write_report(
-        lk, lk.path("reports", "runs", f"{stamp}-{run_name}"), rows, manifest, training, cons
+        lk,
+        lk.path("reports", "runs", f"{stamp}-{run_name}"),
+        rows,
+        manifest,
+        training,
+        cons,
+        warnings,
     )
     lines = [
         "# Pipeline run",
@@ -210,4 +217,11 @@ def pipeline_flow(
     create_markdown_artifact(key="pipeline-run", markdown="\n".join(lines), description=root)
     if lk.is_local:
         create_link_artifact(key="run-report", link=f"file://{index}", link_text="run report")
-    return {"lake": root, "stages": rows, "conservation": cons, "report": index, "results": results}
+    return {
+        "lake": root,
+        "stages": rows,
+        "conservation": cons,
+        "report": index,
+        "results": results,
+        "warnings": warnings,
+    }

@@ -164,12 +164,20 @@ def write_report(
     manifest: dict | None = None,
     training: dict | None = None,
     counts: list[dict] | None = None,
+    warnings: list[str] | None = None,
 ) -> str:
     """Write ``folder/index.html`` and its PNGs; returns the page's path. ``stages`` holds each
-    stage's summary row (state, seconds, ...); ``counts``: ``conservation`` if already computed."""
+    stage's summary row (state, seconds, ...); ``counts``: ``conservation`` if already computed;
+    ``warnings``: what the stages said was missing, shown first."""
     con = connect(lake)
     files: dict[str, bytes] = {}
     sections: list[str] = []
+    if warnings:
+        sections.append(
+            "<h2>Warnings</h2><ul>"
+            + "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+            + "</ul>"
+        )
 
     sections.append("<h2>Stages</h2>" + _table(stage_rows(stages)))
     cons = counts if counts is not None else conservation(lake, manifest)

@@ -121,6 +121,8 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     page = report.read_text()
     # validation ran too: three planted error rows quarantined, one flagged; Data Docs linked
     assert "no_hallucinated_tool" in page and "reports/validation/index.html" in page
+    # the demo has no registered evaluation set: the run says decontamination checked nothing
+    assert "no evaluation set in the lake" in page and "no evaluation set" in flat(res.output)
     q = json.loads(
         runner.invoke(
             app,
@@ -231,3 +233,20 @@ def test_stages_run_out_of_order_say_what_is_missing(tmp_path):
     assert res.exit_code == 2 and "0 labelled: run `flow label` first" in flat(res.output)
     assert runner.invoke(app, ["label", "--lake", lake]).exit_code == 0
     assert runner.invoke(app, ["build", "--lake", lake]).exit_code == 0
+
+
+def test_decontamination_with_no_evaluation_set_says_so(tmp_path):
+    lake = str(tmp_path / "lake")
+    demo = tmp_path / "demo"
+    write_demo(demo)
+    for cmd in (["ingest", str(demo)], ["validate"]):
+        assert runner.invoke(app, [*cmd, "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["dedup", "--lake", lake])
+    assert res.exit_code == 0
+    assert "no evaluation set in the lake" in flat(res.output) and "checked nothing" in flat(
+        res.output
+    )
+    res = runner.invoke(app, ["dedup", "--lake", lake, "--eval-set", "demo_math"])
+    assert res.exit_code == 0 and "no evaluation set" not in res.output
+    n = int(flat(res.output).split("evaluation sets: ")[1].split()[0])
+    assert n > 0

@@ -95,6 +95,15 @@ class DedupResult:
     largest_clusters: list[dict]
     per_source: list[dict]
     params: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # said in the CLI, the logs, the report
+
+
+def no_eval_set_warning(eval_sets: tuple[str, ...]) -> str:
+    return (
+        f"no evaluation set in the lake (looked for {', '.join(eval_sets) or 'none'}): "
+        "decontamination checked nothing. Ingest the evaluation questions (e.g. `flow ingest "
+        "../shared/data/questions/math500`) or name your own sets with `flow dedup --eval-set NAME`"
+    )
 
 
 # ---- signatures ----------------------------------------------------------------------------
@@ -366,6 +375,7 @@ def dedup_questions(
         question_pairs_verified=len(pairs),
         question_signatures_computed=new,
         questions_in_eval_sets=sum(u["in_eval_set"] for u in uniq),
+        eval_sets_found=len({e for ev in evals for e in ev}),
         questions_contaminated=sum(1 for r in rows if r["scope"] == "contamination"),
         questions_train_eligible=sum(u["train_eligible"] for u in uniq),
     )
@@ -507,6 +517,7 @@ def dedup(lake: Lake, config: DedupConfig | None = None) -> DedupResult:
         ],
         per_source,
         params,
+        [] if counts.get("eval_sets_found") else [no_eval_set_warning(config.eval_sets)],
     )
 
 

@@ -90,11 +90,6 @@ class ReadOnlyTables(DirFileSystem):
                 raise PermissionError(f"{p!r} is outside the lake's tables")
         return super()._join(path)
 
-    def _open(self, path, mode="rb", *args, **kwargs):
-        if mode not in ("rb", "r"):
-            raise PermissionError("the lake is read-only through queries")
-        return super()._open(path, mode, *args, **kwargs)
-
     def open(self, path, mode="rb", *args, **kwargs):
         if mode not in ("rb", "r"):
             raise PermissionError("the lake is read-only through queries")

@@ -38,19 +38,20 @@ class RawRecord:
     error: RecordError | None = None
     size: int | None = None  # the record's full size when ``raw`` holds only its start
 
-    def raw_text(self, limit: int | None = None) -> str:
-        """The record's text, at most ``limit`` bytes of it (cut before decoding, so a huge
-        record never becomes a huge string)."""
+    def excerpt(self, limit: int) -> tuple[str, int]:
+        """(the record's text, at most ``limit`` bytes of it; the record's full size in bytes).
+        Raw bytes are cut before decoding, so a huge record never becomes a huge string."""
         if self.raw is not None:
-            raw = self.raw if limit is None else self.raw[:limit]
-            return raw.decode("utf-8", errors="backslashreplace")
+            size = self.size if self.size is not None else len(self.raw)
+            return self.raw[:limit].decode("utf-8", errors="backslashreplace"), size
         if self.value is None:
-            return ""
+            return "", self.size or 0
         try:
             text = orjson.dumps(self.value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()
         except (TypeError, RecursionError):  # too deep for JSON: a bounded repr, never a crash
             text = _SHORT_REPR.repr(self.value)
-        return text if limit is None else text[:limit]
+        size = self.size if self.size is not None else len(text.encode("utf-8", "surrogatepass"))
+        return text[:limit], size
 
 
 def strip_compression(path: str) -> tuple[str, str | None]:

@@ -218,15 +218,6 @@ def _record_bytes(rec: RawRecord) -> int:
     return len(rec.raw) if rec.raw is not None else 1024
 
 
-def _raw_size(rec: RawRecord, raw: str) -> int:
-    """The record's full size (``raw`` may be only its start)."""
-    if rec.size is not None:
-        return rec.size
-    if rec.raw is not None:
-        return len(rec.raw)
-    return len(rec.raw_text().encode("utf-8", "surrogatepass"))
-
-
 def _reader_failure(e: Exception) -> RecordError:
     """A reader raised: values nested too deep for Python or orjson are ``too_deep``, a list or
     dict where the reader needs a key is ``wrong_type``; anything else is a reader bug, kept with
@@ -357,7 +348,7 @@ def ingest_file(
                 if err is not None:
                     report.quarantined += 1
                     report.reasons[err.reason.value] += 1
-                    raw = rec.raw_text(config.max_raw_bytes)
+                    raw, raw_bytes = rec.excerpt(config.max_raw_bytes)
                     parts.add(
                         "quarantine",
                         {
@@ -369,7 +360,7 @@ def ingest_file(
                             **lineage,
                             "source_index": rec.index,
                             "raw": raw,
-                            "raw_bytes": _raw_size(rec, raw),
+                            "raw_bytes": raw_bytes,
                             "quarantined_at": now,
                         },
                         len(raw),

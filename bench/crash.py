@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
-from tests.harness import snapshot  # noqa: E402
+from tests.harness import prefect_servers_of, processes, snapshot  # noqa: E402
 
 EPOCH = "1780000000"
 
@@ -81,21 +81,13 @@ def reader(lake: Path, stop: threading.Event, errors: list[str], reads: Counter)
 def leftovers(pid: int) -> list[str]:
     """Live processes of the run started as ``pid``: its session (it was started with its own)
     and the local Prefect server whose watchdog names it."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == pid:
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if stat[0] in ("Z", "X"):
-            continue
-        server = b"prefect.server.api.server:create_app" in cmd and str(pid).encode() in cmd
-        if int(stat[3]) == pid or server:  # field 6 of stat: the session id
-            out.append(f"{d} {b' '.join(cmd)[:80].decode(errors='replace')}")
-    return out
+    procs = processes()
+    servers = set(prefect_servers_of(pid, procs))
+    return [
+        f"{p['pid']} {' '.join(p['argv'])[:80]}"
+        for p in procs
+        if p["pid"] != pid and (p["sid"] == pid or p["pid"] in servers)
+    ]
 
 
 def wait_gone(pid: int, seconds: float = 5.0) -> list[str]:

@@ -72,37 +72,17 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2")))
 
 
-def _sandbox_processes_of(pid: int) -> list[str]:
-    """bubblewrap processes started by this test process (or its children) still running."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if stat[0] not in ("Z", "X") and os.path.basename(cmd) == b"bwrap":
-            parent = int(stat[1])
-            while parent > 1 and parent != pid:
-                try:
-                    parent = int(
-                        Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[1]
-                    )
-                except OSError:
-                    break
-            if parent == pid:
-                out.append(d)
-    return out
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """No test may leave a sandbox running: the whole run fails if one is left."""
     import time
 
     deadline = time.monotonic() + 5
-    while (left := _sandbox_processes_of(os.getpid())) and time.monotonic() < deadline:
+    from tests.harness import descendants_of, is_bwrap, processes
+
+    def left_running() -> list[int]:
+        return [p["pid"] for p in descendants_of(os.getpid(), processes()) if is_bwrap(p)]
+
+    while (left := left_running()) and time.monotonic() < deadline:
         time.sleep(0.1)
     if left:
         print(f"\nsandbox processes left running after the tests: {left}")

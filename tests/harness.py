@@ -1,6 +1,6 @@
 """Harness code shared by tests and bench scripts: real sample records per reader, byte-level
 mutations and the invariant check of one ingest (fuzzing); a content snapshot of a lake (crash
-and concurrency checks)."""
+and concurrency checks); the live processes of the machine (nothing-left-running checks)."""
 
 from __future__ import annotations
 
@@ -294,4 +294,55 @@ def snapshot(lake: Path) -> dict[str, str]:
             for r in pq.read_table(f).to_pylist()
         )
         out["minhash_signatures rows"] = hashlib.sha256(repr(rows).encode()).hexdigest()
+    return out
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+
+def processes() -> list[dict]:
+    """Every live process (zombies excluded): pid, ppid, session id, owner uid and argv."""
+    import os
+
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            uid = os.stat(f"/proc/{d}").st_uid
+        except OSError:
+            continue
+        if stat[0] in ("Z", "X"):
+            continue
+        argv = [a.decode(errors="replace") for a in argv if a]
+        out.append(
+            {"pid": int(d), "ppid": int(stat[1]), "sid": int(stat[3]), "uid": uid, "argv": argv}
+        )
+    return out
+
+
+def is_bwrap(p: dict) -> bool:
+    return bool(p["argv"]) and p["argv"][0].rsplit("/", 1)[-1] == "bwrap"
+
+
+def prefect_servers_of(parent: int, procs: list[dict] | None = None) -> list[int]:
+    """Prefect's temporary server started by ``parent`` (its watchdog names the parent)."""
+    return [
+        p["pid"]
+        for p in (processes() if procs is None else procs)
+        if "prefect.server.api.server:create_app" in p["argv"] and str(parent) in p["argv"]
+    ]
+
+
+def descendants_of(pid: int, procs: list[dict]) -> list[dict]:
+    children: dict[int, list[dict]] = {}
+    for p in procs:
+        children.setdefault(p["ppid"], []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c["pid"])
     return out

@@ -22,6 +22,7 @@ from pipeline.ingest import IngestConfig, ingest
 from pipeline.lake import Lake
 from pipeline.query import QueryConfig, QueryError, QueryTimeout, check_read_only, query
 from tests.conftest import PINNED, REPO
+from tests.harness import prefect_servers_of
 
 runner = CliRunner()
 
@@ -306,20 +307,6 @@ def _many_files(d: Path, n: int, records: int) -> None:
         (d / f"f{i:03d}.jsonl").write_bytes(b"".join(rows))
 
 
-def _server_pids(parent: int) -> list[int]:
-    """Prefect's temporary server started by ``parent`` (its watchdog names the parent)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"prefect.server.api.server:create_app" in cmd and str(parent).encode() in cmd:
-                out.append(int(d))
-    return out
-
-
 def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     inputs, lake = tmp_path / "in", tmp_path / "lake"
     _many_files(inputs, 30, 4000)
@@ -331,7 +318,7 @@ def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     while not (log.is_dir() and any(log.glob("*.parquet"))) and time.monotonic() - t0 < 120:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
-    server = _server_pids(proc.pid)
+    server = prefect_servers_of(proc.pid)
     proc.send_signal(15)
     out, errs = proc.communicate(timeout=30)
     assert proc.returncode == 143, errs.decode()[-2000:]
@@ -342,7 +329,7 @@ def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     deadline = time.monotonic() + 5
     while any(Path(f"/proc/{p}").exists() for p in server) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert server and not _server_pids(proc.pid)  # its server went with it
+    assert server and not prefect_servers_of(proc.pid)  # its server went with it
     again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert query(Lake(str(lake)), "SELECT count(*) n FROM trajectories").to_pylist() == [
@@ -359,13 +346,13 @@ def test_kill_9_leaves_no_prefect_server_behind(tmp_path):
         cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     t0 = time.monotonic()
-    while not _server_pids(proc.pid) and time.monotonic() - t0 < 120:
+    while not prefect_servers_of(proc.pid) and time.monotonic() - t0 < 120:
         time.sleep(0.05)
-    server = _server_pids(proc.pid)
+    server = prefect_servers_of(proc.pid)
     assert server, "the run never started its server"
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 5
-    while _server_pids(proc.pid) and time.monotonic() < deadline:
+    while prefect_servers_of(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _server_pids(proc.pid) == []  # once ~330 MB left running after every kill
+    assert prefect_servers_of(proc.pid) == []  # once ~330 MB left running after every kill

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.sandbox import Sandbox, SandboxConfig, run_python
+from tests.harness import is_bwrap, processes
 
 pytestmark = pytest.mark.usefixtures("sandbox_available")
 REPO = Path(__file__).resolve().parents[1]
@@ -105,21 +106,9 @@ def secret_in_parent_env():
 def sandbox_processes() -> list[str]:
     """Host processes of the sandbox: bubblewrap and everything under its host uid."""
     uid = SandboxConfig().host_uid if os.geteuid() == 0 else None
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_bytes()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")[0]
-            owner = os.stat(f"/proc/{d}").st_uid
-        except OSError:
-            continue
-        if stat.rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-            continue
-        if os.path.basename(cmd) == b"bwrap" or owner == uid:
-            out.append(f"{d} {cmd.decode(errors='replace')}")
-    return out
+    return [
+        f"{p['pid']} {' '.join(p['argv'])}" for p in processes() if is_bwrap(p) or p["uid"] == uid
+    ]
 
 
 @pytest.fixture(autouse=True)

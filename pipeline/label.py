@@ -177,6 +177,7 @@ def rollout_labels(
                 config.k,
                 config.agent,
                 config.sampling,
+                sandbox=sandbox,
             )
             by_q = {q["question_id"]: q for q in batch}
             rollouts, labels = [], []

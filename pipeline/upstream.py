@@ -11,7 +11,7 @@ from __future__ import annotations
 from pipeline.lake import Lake
 from pipeline.query import query
 
-NEEDS = {"validate": 0, "dedup": 1, "label": 2, "build": 3}  # how far up the chain to look
+NEEDS = {"dedup": 1, "label": 2, "build": 3}  # how far up the chain each stage looks
 
 
 def _counts(lake: Lake) -> dict[str, int]:

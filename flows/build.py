@@ -9,6 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
+from pipeline.exports import ExportConfig
 from pipeline.lake import Lake
 from pipeline.select import SelectConfig
 
@@ -51,11 +52,17 @@ def build_flow(
     size: int | None = None,
     seed: int = 0,
     label_source: str | None = None,
+    tool_arguments: str = "dict",
+    keep_source_system_prompts: bool = False,
 ) -> dict:
     """Publish ``datasets/<name>/v<N>`` from the labelled, deduplicated, validated lake."""
     lk = Lake(lake)
     config = BuildConfig(
-        name=name, select=SelectConfig(size=size, seed=seed), label_source=label_source
+        name=name,
+        select=SelectConfig(size=size, seed=seed),
+        label_source=label_source,
+        keep_source_system_prompts=keep_source_system_prompts,
+        exports=ExportConfig(tool_arguments=tool_arguments),
     )
     report("stage", "build")
     log_upstream(lk, "build")

@@ -96,7 +96,12 @@ def print_rows(
 
 
 def _run_ingest(
-    paths: list[str], lake: str, source: str | None, fmt: str | None, force: bool
+    paths: list[str],
+    lake: str,
+    source: str | None,
+    fmt: str | None,
+    force: bool,
+    eval_sets: list[str] | None = None,
 ) -> dict:
     from flows.ingest import ingest_flow
     from flows.progress import set_hook
@@ -124,7 +129,9 @@ def _run_ingest(
     set_hook(hook)
     try:
         with progress:
-            return ingest_flow(paths=paths, lake=lake, source=source, format=fmt, force=force)
+            return ingest_flow(
+                paths=paths, lake=lake, source=source, format=fmt, force=force, eval_sets=eval_sets
+            )
     finally:
         set_hook(None)
 
@@ -194,6 +201,14 @@ def ingest(
         str | None, typer.Option("--format", help="Force a reader (see `flow formats`).")
     ] = None,
     force: Annotated[bool, typer.Option(help="Re-ingest files already in the lake.")] = False,
+    eval_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--eval-set",
+            help="Register a question pool (dataset or dataset/split) as an evaluation set of "
+            "the lake: dedup keeps it and its near-duplicates out of training. Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Ingest trace files into the lake: canonical rows, quarantine, ingest log."""
     if format:
@@ -204,11 +219,16 @@ def ingest(
         except KeyError as e:
             raise typer.BadParameter(str(e.args[0]), param_hint="--format") from None
     try:
-        result = _run_ingest(paths, resolve_root(lake), source, format, force)
-    except FileNotFoundError as e:
+        result = _run_ingest(paths, resolve_root(lake), source, format, force, eval_set)
+    except (FileNotFoundError, ValueError) as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
     _print_ingest(result)
+    if result.get("eval_sets"):
+        console.print(
+            f"evaluation sets of this lake: {esc(', '.join(result['eval_sets']))} "
+            "(dedup keeps them out of training)"
+        )
 
 
 def _print_validate(out: dict) -> None:
@@ -421,6 +441,20 @@ def build(
     label_source: Annotated[
         str | None, typer.Option(help="recorded | rollouts (default: rollouts if any).")
     ] = None,
+    tool_arguments: Annotated[
+        str,
+        typer.Option(
+            help="Tool-call arguments in the TRL export: dict (TRL's shape; Qwen2.5, Llama-3.1, "
+            "GPT-OSS templates) | string (templates that print them as they are, DeepSeek-V3)."
+        ),
+    ] = "dict",
+    source_system_prompts: Annotated[
+        bool,
+        typer.Option(
+            help="Keep each trajectory's own system prompt in the SFT rows instead of the "
+            "dataset's one prompt."
+        ),
+    ] = False,
 ) -> None:
     """Build a versioned dataset: RL pyramid, SFT selection, shards, manifest, exports."""
     from flows.build import build_flow
@@ -430,10 +464,18 @@ def build(
         check_name(name)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--name") from None
+    if tool_arguments not in ("dict", "string"):
+        raise typer.BadParameter("dict | string", param_hint="--tool-arguments")
     _upstream(lake, "build")
     with console.status("building…"):
         m = build_flow(
-            lake=resolve_root(lake), name=name, size=size, seed=seed, label_source=label_source
+            lake=resolve_root(lake),
+            name=name,
+            size=size,
+            seed=seed,
+            label_source=label_source,
+            tool_arguments=tool_arguments,
+            keep_source_system_prompts=source_system_prompts,
         )
     _print_build(m)
 

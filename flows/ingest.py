@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.caching import RETRIES
 from flows.progress import locked, report
+from pipeline.eval_sets import register as register_eval_sets
 from pipeline.ingest.stage import (
     FileReport,
     IngestConfig,
@@ -101,8 +102,11 @@ def ingest_flow(
     source: str | None = None,
     format: str | None = None,
     force: bool = False,
+    eval_sets: list[str] | None = None,
 ) -> dict:
-    """Ingest files and folders into the lake; returns per-file reports and totals."""
+    """Ingest files and folders into the lake; returns per-file reports and totals.
+    ``eval_sets`` registers question pools (``dataset`` or ``dataset/split``) as evaluation sets
+    of the lake once the files are in (an unknown name fails the run and names the pools)."""
     lk = Lake(lake)
     config = IngestConfig(source=source, format=format, force=force)
     lk.remove_temp_files()
@@ -139,4 +143,7 @@ def ingest_flow(
         or [{"path": "(no files)"}],
         description=f"Ingest into {lk.root}: {totals}",
     )
-    return {"lake": lk.root, "files": reports, "totals": totals}
+    out = {"lake": lk.root, "files": reports, "totals": totals}
+    if eval_sets:
+        out["eval_sets"] = list(register_eval_sets(lk, list(eval_sets)))
+    return out

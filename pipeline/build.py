@@ -22,11 +22,13 @@ import pyarrow.parquet as pq
 
 from pipeline import exports
 from pipeline.charts import pyramid_png
+from pipeline.exports import ExportConfig
 from pipeline.lake import PARQUET_OPTIONS, Lake
 from pipeline.profile import SFTConfig, features, keep_for_sft
 from pipeline.query import query
+from pipeline.rollout.agent import SYSTEM
 from pipeline.select import SelectConfig, entropy, select
-from schemas import SCHEMA_VERSION
+from schemas import RL_ROWS, SCHEMA_VERSION, SFT_ROWS
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -40,6 +42,12 @@ class BuildConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     label_source: str | None = None  # recorded | rollouts (default: rollouts if any, else recorded)
     shard_rows: int = 50_000
+    # One system prompt for the whole dataset: every RL prompt and every SFT conversation starts
+    # with it (None: no system message). keep_source_system_prompts keeps each trajectory's own
+    # instead (e.g. tau-bench's domain policy); the original is always in source_system_prompt.
+    system_prompt: str | None = SYSTEM
+    keep_source_system_prompts: bool = False
+    exports: ExportConfig = field(default_factory=ExportConfig)
 
 
 def check_name(name: str) -> str:
@@ -56,18 +64,27 @@ WITH lab AS (
   FROM labels WHERE label_source = '{source}' GROUP BY ALL),
 traj AS (
   SELECT c.representative_id AS question_id, avg(t.num_tool_calls) AS calls
-  FROM valid_trajectories t JOIN dedup_clusters c ON c.scope = 'question' AND c.member_id = t.question_id GROUP BY 1)
+  FROM valid_trajectories t JOIN dedup_clusters c ON c.scope = 'question' AND c.member_id = t.question_id GROUP BY 1),
+rows AS (
+  SELECT question_id, record_id, source_uri, 0 AS pick FROM valid_questions
+  UNION ALL SELECT question_id, record_id, source_uri, 1 FROM valid_trajectories
+  UNION ALL SELECT question_id, record_id, source_uri, 2 FROM valid_attempts),
+rep AS (
+  SELECT question_id, arg_min(record_id, (pick, record_id)) AS record_id,
+         arg_min(source_uri, (pick, record_id)) AS source_uri
+  FROM rows GROUP BY 1)
 SELECT u.question_id, u.question, u.ground_truth, u.answer_type, coalesce(u.domain, 'unknown') AS domain,
        u.datasets, u.sources[1] AS source, lab.k, lab.n_correct, lab.n_correct / lab.k AS pass_rate, lab.label_source,
-       CASE WHEN traj.calls IS NULL THEN 'unknown' WHEN traj.calls = 0 THEN 'none' WHEN traj.calls <= 1 THEN 'single' ELSE 'multi' END AS tool_pattern
-FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN traj USING (question_id)
+       CASE WHEN traj.calls IS NULL THEN 'unknown' WHEN traj.calls = 0 THEN 'none' WHEN traj.calls <= 1 THEN 'single' ELSE 'multi' END AS tool_pattern,
+       rep.record_id, rep.source_uri
+FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN traj USING (question_id) LEFT JOIN rep USING (question_id)
 WHERE u.train_eligible AND u.ground_truth IS NOT NULL
 ORDER BY u.question_id
 """
 
 SFT_ITEMS = """
-SELECT t.record_id, t.trajectory_id, t.question_id, t.source, t.source_format, t.domain, t.question, t.tools,
-       t.messages, t.final_answer, t.is_correct, t.reward, t.validation_flags
+SELECT t.record_id, t.trajectory_id, t.question_id, t.source, t.source_format, t.source_uri, t.domain,
+       t.question, t.tools, t.messages, t.system_prompt AS source_system_prompt, t.final_answer, t.is_correct, t.reward, t.validation_flags
 FROM valid_trajectories t
 JOIN dedup_clusters d ON d.scope = 'trajectory' AND d.member_id = t.record_id AND d.representative_id = t.record_id
 JOIN dedup_clusters q ON q.scope = 'question' AND q.member_id = t.question_id
@@ -77,37 +94,21 @@ ORDER BY t.record_id
 """
 
 
-def _shards(rows: list[dict], schema: pa.Schema | None, shard_rows: int) -> list[bytes]:
+def _shards(rows: list[dict], schema: pa.Schema, shard_rows: int) -> list[bytes]:
+    """Parquet shards of ``rows``; no rows is one empty shard that still has every column."""
     out = []
     for i in range(0, max(len(rows), 1), shard_rows):
-        table = (
-            pa.Table.from_pylist(rows[i : i + shard_rows], schema=schema)
-            if rows
-            else (schema.empty_table() if schema else pa.table({}))
-        )
+        table = pa.Table.from_pylist(rows[i : i + shard_rows], schema=schema)
         buf = pa.BufferOutputStream()
         pq.write_table(table, buf, **PARQUET_OPTIONS)
         out.append(buf.getvalue().to_pybytes())
     return out
 
 
-RL_SCHEMA = pa.schema(
-    [
-        ("question_id", pa.string()),
-        ("question", pa.string()),
-        ("ground_truth", pa.string()),
-        ("answer_type", pa.string()),
-        ("domain", pa.string()),
-        ("source", pa.string()),
-        ("datasets", pa.list_(pa.string())),
-        ("difficulty", pa.string()),
-        ("pass_rate", pa.float64()),
-        ("k", pa.int64()),
-        ("n_correct", pa.int64()),
-        ("label_source", pa.string()),
-        ("tool_pattern", pa.string()),
-    ]
-)
+def with_system(messages: list[dict], system: str | None) -> list[dict]:
+    """The conversation with its system message replaced by the dataset's (or removed)."""
+    rest = [m for m in messages if m["role"] != "system"]
+    return ([{"role": "system", "content": system}] if system else []) + rest
 
 
 def next_version(lake: Lake, name: str) -> int:
@@ -156,7 +157,7 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         raise ValueError(f"label_source must be recorded or rollouts, not {source!r}")
     items = query(lake, RL_ITEMS.format(source=source)).to_pylist()
     sel = select(items, config.select)
-    rl_rows = [{k: r.get(k) for k in RL_SCHEMA.names} for r in sel.rows]
+    rl_rows = [{k: r.get(k) for k in RL_ROWS.names} for r in sel.rows]
 
     sft_rows, sft_dropped = [], {}
     for t in query(lake, SFT_ITEMS).to_pylist():
@@ -165,22 +166,17 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         if why:
             sft_dropped[why] = sft_dropped.get(why, 0) + 1
             continue
-        sft_rows.append(
-            {k: v for k, v in t.items() if k != "validation_flags"}
-            | {f"f_{k}": v for k, v in f.items()}
-        )
+        row = {k: v for k, v in t.items() if k != "validation_flags"}
+        if not config.keep_source_system_prompts:
+            row["messages"] = with_system(t["messages"], config.system_prompt)
+        sft_rows.append(row | {f"f_{k}": v for k, v in f.items()})
 
     files: dict[str, bytes] = {}
-    for i, data in enumerate(_shards(rl_rows, RL_SCHEMA, config.shard_rows)):
+    for i, data in enumerate(_shards(rl_rows, RL_ROWS, config.shard_rows)):
         files[f"rl/part-{i:05d}.parquet"] = data
-    for i, data in enumerate(_shards(sft_rows, None, config.shard_rows)):
+    for i, data in enumerate(_shards(sft_rows, SFT_ROWS, config.shard_rows)):
         files[f"sft/part-{i:05d}.parquet"] = data
-    files["exports/trl_sft.jsonl"] = exports.trl_sft(sft_rows)
-    files["exports/trl_grpo.parquet"] = exports.trl_grpo(rl_rows)
-    files["exports/verl.parquet"] = exports.verl(rl_rows)
-    files["exports/llamafactory_sharegpt.json"], files["exports/dataset_info.json"] = (
-        exports.llamafactory(sft_rows, name)
-    )
+    files |= exports.write(rl_rows, sft_rows, name, config.system_prompt, config.exports)
 
     histogram = query(
         lake,

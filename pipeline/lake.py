@@ -188,6 +188,11 @@ class Lake:
                 self.fs.rm(tmp)
             raise
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a small file of the lake (a registry, a manifest) atomically."""
+        with self._atomic(path) as f:
+            f.write(data)
+
     def write_part(self, table: str, part: str, data: pa.Table) -> str:
         """Write one whole part atomically (replacing an existing part of the same name)."""
         schema = TABLES[table]

@@ -253,3 +253,52 @@ TABLES: dict[str, pa.Schema] = {
 
 def empty_table(name: str) -> pa.Table:
     return TABLES[name].empty_table()
+
+
+# Published dataset splits (``datasets/<name>/v<N>/{rl,sft}/part-*.parquet``): written with these
+# schemas even when empty, so a reader (DuckDB, datasets) always sees the columns.
+RL_ROWS = pa.schema(
+    [
+        ("question_id", pa.string()),
+        ("question", pa.string()),
+        ("ground_truth", pa.string()),
+        ("answer_type", pa.string()),
+        ("domain", pa.string()),
+        ("source", pa.string()),
+        ("datasets", pa.list_(pa.string())),
+        ("difficulty", pa.string()),
+        ("pass_rate", pa.float64()),
+        ("k", pa.int64()),
+        ("n_correct", pa.int64()),
+        ("label_source", pa.string()),
+        ("tool_pattern", pa.string()),
+        ("record_id", pa.string()),  # lineage: the representative's row (questions first)
+        ("source_uri", pa.string()),
+    ]
+)
+
+SFT_ROWS = pa.schema(
+    [
+        ("record_id", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("question_id", pa.string()),
+        ("source", pa.string()),
+        ("source_format", pa.string()),
+        ("source_uri", pa.string()),
+        ("domain", pa.string()),
+        ("question", pa.string()),
+        ("tools", pa.string()),
+        ("messages", pa.list_(MESSAGE)),  # system message = the dataset's prompt (by default)
+        ("source_system_prompt", pa.string()),  # the trajectory's own, kept for evidence
+        ("final_answer", pa.string()),
+        ("is_correct", pa.bool_()),
+        ("reward", pa.float64()),
+        ("f_tool_calls", pa.int64()),
+        ("f_tool_errors", pa.int64()),
+        ("f_error_recovery", pa.bool_()),
+        ("f_verification", pa.bool_()),
+        ("f_pattern", pa.string()),
+        ("f_complete", pa.bool_()),
+        ("f_correct", pa.bool_()),
+    ]
+)

@@ -58,6 +58,23 @@ def shared_lake(shared: Path, tmp_path_factory: pytest.TempPathFactory):
     return lake, result
 
 
+@pytest.fixture(scope="session")
+def shared_dataset(shared_lake):
+    """The shared data validated, deduplicated, labelled (recorded) and built once: (lake,
+    manifest). GSM8K test is used as training supply here (it is an evaluation set by default),
+    so GSM8K model solutions, Qwen2.5-Math rollouts and tau-bench trials all count."""
+    from pipeline.build import BuildConfig, build
+    from pipeline.dedup import DedupConfig, dedup
+    from pipeline.label import label
+    from pipeline.validate import ValidateConfig, validate
+
+    lake, _ = shared_lake
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+    dedup(lake, DedupConfig(eval_sets=("aime2024", "aime2025", "amc2023", "math500")))
+    label(lake)
+    return lake, build(lake, BuildConfig(name="shared", label_source="recorded"))
+
+
 def write(path: Path, data: str | bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data.encode() if isinstance(data, str) else data)

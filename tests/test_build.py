@@ -11,22 +11,12 @@ import duckdb
 import pytest
 
 from pipeline.build import BuildConfig, build, check_name
-from pipeline.dedup import DedupConfig, dedup
-from pipeline.label import label
 from pipeline.select import SelectConfig, difficulty, select
-from pipeline.validate import ValidateConfig, validate
-from tests.conftest import PINNED
 
 
 @pytest.fixture(scope="module")
-def built(shared_lake):
-    """Recorded labels; GSM8K test is used as training supply here (it is an evaluation set by
-    default), so GSM8K model solutions, Qwen2.5-Math rollouts and tau-bench trials all count."""
-    lake, _ = shared_lake
-    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
-    dedup(lake, DedupConfig(eval_sets=("aime2024", "aime2025", "amc2023", "math500")))
-    label(lake)
-    m1 = build(lake, BuildConfig(name="shared", label_source="recorded"))
+def built(shared_dataset):
+    lake, m1 = shared_dataset
     m2 = build(lake, BuildConfig(name="shared", label_source="recorded"))
     m3 = build(
         lake, BuildConfig(name="shared", label_source="recorded", select=SelectConfig(seed=1))
@@ -145,12 +135,20 @@ def test_exports_load_with_hugging_face_datasets(built):
         "prompt",
         "ability",
         "reward_model",
+        "agent_name",
         "extra_info",
     }
     assert row["reward_model"]["style"] == "rule" and row["prompt"][-1]["role"] == "user"
     grpo = datasets.load_dataset("parquet", data_files=str(ex / "trl_grpo.parquet"), split="train")
     assert grpo[0]["prompt"][0]["role"] == "system" and "ground_truth" in grpo.column_names
+    # every tool's arguments are dicts of their own keys: `datasets` keeps them apart (no union
+    # of keys across tools filled with nulls)
+    loaded = datasets.load_dataset("json", data_files=str(ex / "trl_sft.jsonl"), split="train")
     sft = [json.loads(line) for line in (ex / "trl_sft.jsonl").read_text().splitlines()]
+    for got, want in zip(loaded, sft, strict=True):
+        assert [m.get("tool_calls") for m in got["messages"]] == [
+            m.get("tool_calls") for m in want["messages"]
+        ]
     assert len(sft) == m["sft"]["rows"] and all(
         msg["role"] in ("system", "user", "assistant", "tool") for r in sft for msg in r["messages"]
     )

@@ -250,3 +250,25 @@ def test_decontamination_with_no_evaluation_set_says_so(tmp_path):
     assert res.exit_code == 0 and "no evaluation set" not in res.output
     n = int(flat(res.output).split("evaluation sets: ")[1].split()[0])
     assert n > 0
+
+
+def test_ingest_registers_an_evaluation_set_for_every_later_dedup(tmp_path):
+    lake = str(tmp_path / "lake")
+    demo = tmp_path / "demo"
+    write_demo(demo)
+    res = runner.invoke(app, ["ingest", str(demo), "--lake", lake, "--eval-set", "nope"])
+    assert res.exit_code == 2 and "no question pool named 'nope'" in flat(res.output)
+    assert "demo_math/train" in flat(res.output)  # it names the pools there are
+    res = runner.invoke(app, ["ingest", str(demo), "--lake", lake, "--eval-set", "demo_math/train"])
+    assert res.exit_code == 0 and "evaluation sets of this lake: demo_math/train" in flat(
+        res.output
+    )
+    assert runner.invoke(app, ["validate", "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["dedup", "--lake", lake])  # no --eval-set: the registry holds
+    assert res.exit_code == 0 and "no evaluation set" not in res.output, res.output
+    pool = query(
+        Lake(lake),
+        "SELECT count(*) n, count(*) FILTER (WHERE in_eval_set AND NOT train_eligible) held "
+        "FROM unique_questions WHERE list_contains(datasets, 'demo_math/train')",
+    ).to_pylist()[0]
+    assert pool["n"] > 0 and pool["held"] == pool["n"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import orjson
@@ -40,6 +40,7 @@ from pipeline.dedup.lsh import (
 )
 from pipeline.dedup.minhash import backend as make_backend
 from pipeline.dedup.minhash import estimated_jaccard, exact_jaccard, pair_jaccard
+from pipeline.eval_sets import registered
 from pipeline.ids import digest
 from pipeline.lake import Lake
 from pipeline.query import query
@@ -102,7 +103,8 @@ def no_eval_set_warning(eval_sets: tuple[str, ...]) -> str:
     return (
         f"no evaluation set in the lake (looked for {', '.join(eval_sets) or 'none'}): "
         "decontamination checked nothing. Ingest the evaluation questions (e.g. `flow ingest "
-        "../shared/data/questions/math500`) or name your own sets with `flow dedup --eval-set NAME`"
+        "../shared/data/questions/math500`) or register a pool of your own with `flow ingest PATH "
+        "--eval-set NAME` (once) or `flow dedup --eval-set NAME` (this run)"
     )
 
 
@@ -473,8 +475,10 @@ def dedup_trajectories(
 
 
 def dedup(lake: Lake, config: DedupConfig | None = None) -> DedupResult:
-    """Run every scope and rewrite ``dedup_clusters`` and ``unique_questions``."""
+    """Run every scope and rewrite ``dedup_clusters`` and ``unique_questions``. The lake's
+    registered evaluation sets (``flow ingest --eval-set``) count beside ``config.eval_sets``."""
     config = config or DedupConfig()
+    config = replace(config, eval_sets=tuple(dict.fromkeys(config.eval_sets + registered(lake))))
     counts: dict[str, int] = {}
     rows, uniq, rep_of = dedup_questions(lake, config, counts)
     if config.trajectories:

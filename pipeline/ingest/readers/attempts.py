@@ -18,6 +18,15 @@ from pipeline.ingest.readers.base import Context, Reader, has_keys
 from pipeline.ingest.records import AttemptRec, Rec, require
 
 
+def recorded_policy(value: dict, ctx: Context) -> str:
+    """Who made the samples: the record's own ``model`` / ``policy`` field, else the file it came
+    from (``file:<folder>/<name>``). A name never claims a model the file does not name."""
+    for key in ("model", "policy", "model_name"):
+        if isinstance(value.get(key), str) and value[key].strip():
+            return value[key].strip()
+    return "file:" + "/".join(ctx.parts[-2:])
+
+
 class SampledRolloutsReader(Reader):
     name = "sampled_rollouts"
     description = (
@@ -41,7 +50,7 @@ class SampledRolloutsReader(Reader):
                 f"score has {len(scores)} items but response has {len(responses)}",
             )
         gt, _ = normalize_answer(value.get("gt", value.get("answer")))
-        stem = ctx.path.rsplit("/", 1)[-1].split(".")[0]
+        policy = recorded_policy(value, ctx)
         for k, (resp, ok) in enumerate(zip(responses, scores, strict=True)):
             if not isinstance(ok, bool):
                 raise RecordError(
@@ -51,7 +60,7 @@ class SampledRolloutsReader(Reader):
             yield AttemptRec(
                 question=question,
                 ground_truth=gt,
-                policy=f"qwen2.5-math-instruct:{stem}",
+                policy=policy,
                 attempt_index=k,
                 response=resp if isinstance(resp, str) else None,
                 prediction=str(preds[k]) if k < len(preds) and preds[k] is not None else None,

@@ -57,6 +57,8 @@ def main() -> None:
             declare_tools=False,
         ),
         use_overlong=False,
+        rollout_backend="transformers",  # the same sampler as TRL's (HF generate)
+        adv_std_unbiased=True,  # TRL's group std is Bessel-corrected
     )
     hist = train(cfg, prompts, reward)  # same prompts as TRL: the user message only
     ours = sum(h["step_time"] for h in hist[1:]) / args.steps  # first step is warm-up

@@ -494,7 +494,16 @@ def train(
     prompts_per_step: int = 8,
     group_size: int = 8,
     lr: float = 1e-6,
-    max_tokens: int = 256,
+    max_tokens: Annotated[int, typer.Option(help="Tokens per assistant turn.")] = 256,
+    max_turns: Annotated[
+        int, typer.Option(help="Agent turns per episode: tool call, result, ... answer.")
+    ] = 4,
+    tools: Annotated[
+        str, typer.Option(help="python (the sandboxed interpreter) | none (one turn, no tool).")
+    ] = "python",
+    rollout_backend: Annotated[
+        str, typer.Option(help="auto (vLLM where installed) | vllm | transformers.")
+    ] = "auto",
     eval_set: Annotated[
         str | None,
         typer.Option(help="Evaluate before and after on this lake dataset (e.g. aime2024)."),
@@ -509,6 +518,12 @@ def train(
         raise typer.BadParameter(
             f"{dataset} has no rl/ shards (build one with `flow build`)", param_hint="--dataset"
         )
+    if tools not in ("python", "none"):
+        raise typer.BadParameter("python | none", param_hint="--tools")
+    if rollout_backend not in ("auto", "vllm", "transformers"):
+        raise typer.BadParameter("auto | vllm | transformers", param_hint="--rollout-backend")
+    if max_turns < 1:
+        raise typer.BadParameter("at least 1", param_hint="--max-turns")
     held_out = eval_questions(lake, eval_set, eval_limit) if eval_set else None
     if eval_set and not held_out:
         raise typer.BadParameter(
@@ -524,6 +539,9 @@ def train(
         group_size=group_size,
         lr=lr,
         max_tokens=max_tokens,
+        max_turns=max_turns,
+        rollout_backend=rollout_backend,
+        tools=tools,
     )
     console.print(
         f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"

@@ -128,6 +128,7 @@ def pipeline_flow(
     stages: list[str] | None = None,
     train_model: str | None = None,
     train_steps: int = 20,
+    train_options: dict | None = None,
     write_run_report: bool = True,
 ) -> dict:
     """The pipeline on ``inputs`` (default: the demo corpus): recorded labels, or K live rollouts
@@ -179,6 +180,7 @@ def pipeline_flow(
                 model=train_model,
                 out=f"{root}/runs/{dataset}-{path.rstrip('/').rsplit('/', 1)[-1]}",
                 steps=train_steps,
+                **(train_options or {}),
             )
     training = results.get("train")
     if manifest is None and lk.fs.exists(lk.path("datasets", dataset)):

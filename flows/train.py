@@ -9,7 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
-from trainer.train import TrainConfig, train
+from trainer.train import TrainConfig, agent_config, train
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
 
@@ -41,6 +41,9 @@ def train_flow(
     max_tokens: int = 256,
     eval_questions: list[dict] | None = None,
     eval_k: int = 4,
+    max_turns: int = 4,
+    rollout_backend: str = "auto",
+    tools: str = "python",
 ) -> dict:
     """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``; with
     held-out ``eval_questions``, average@k / maj@k / pass@k before and after training."""
@@ -53,6 +56,8 @@ def train_flow(
         group_size=group_size,
         lr=lr,
         max_tokens=max_tokens,
+        agent=agent_config(dataset, max_turns, tools),
+        rollout_backend=rollout_backend,
     )
     before = eval_task(model, eval_questions, eval_k, max_tokens) if eval_questions else None
     history = train_task(config)

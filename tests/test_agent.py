@@ -57,6 +57,65 @@ def test_tokens_are_concatenated_and_mask_marks_policy_tokens(tok):
     assert text.count("<tool_response>") == 1 and text.endswith("\\boxed{2}<|im_end|>")
 
 
+@pytest.mark.parametrize("template", ["qwen2_5", "qwen3"])
+def test_concatenated_ids_equal_the_real_templates_rendering_turn_by_turn(tiny_model, template):
+    """What the engine is fed at every turn is exactly what the real Qwen2.5 / Qwen3 template
+    renders for the conversation so far (once, the \n after <|im_end|> went missing before each
+    tool message, and parallel results were rendered as separate user blocks)."""
+    import trl.chat_template_utils as templates
+
+    from pipeline.rollout.agent import PYTHON_TOOL
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.chat_template = getattr(templates, f"{template}_chat_template")
+    turns = [
+        "Two at once.\n" + call("print(6 * 7)") + "\n" + call("print(1 + 1)"),
+        "Then one.\n" + call("print(2 ** 5)"),
+        "The answer is \\boxed{42}.",
+    ]
+    seen: list[list[int]] = []
+    eng = scripted(tok, turns)
+    generate = eng.generate
+    eng.generate = lambda prompts, sampling, n=1: (
+        seen.extend(prompts) or generate(prompts, sampling, n)
+    )
+    (e,) = run_episodes(eng, tok, [("q", "What is 6 times 7?")], k=1)
+    assert e.turns == 3 and e.tool_calls == 3 and e.finish_reason == "answer"
+    # the conversation as the template sees it: content before the calls, calls structured
+    msgs = []
+    for m in e.messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": m["content"].split("\n<tool_call>")[0],
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": c["arguments"]},
+                        }
+                        for c in m["tool_calls"]
+                    ],
+                }
+            )
+        else:
+            msgs.append({"role": m["role"], "content": m["content"]})
+    starts = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    assert len(seen) == len(starts) == 3
+    for fed, at in zip(seen, starts, strict=True):
+        rendered = tok.apply_chat_template(
+            msgs[:at], tools=[PYTHON_TOOL], tokenize=False, add_generation_prompt=True
+        )
+        assert fed == tok(rendered, add_special_tokens=False).input_ids, (at, tok.decode(fed))
+    # and the mask covers exactly the policy's own tokens
+    policy = [t for t, m in zip(e.response_ids, e.mask, strict=True) if m]
+    assert policy == [
+        t
+        for text in turns
+        for t in tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+    ]
+
+
 def test_malformed_and_unknown_calls_are_answered_and_counted(tok):
     eng = scripted(
         tok,
@@ -142,6 +201,23 @@ def test_transformers_engine_20_questions_8_rollouts(tiny_model):
         )
     # sampling differs across the 8 samples of a question
     assert len({tuple(e.response_ids) for e in eps if e.question_id == "q0"}) > 1
+
+
+def test_sampling_ignores_the_models_generation_config(tiny_model):
+    """HF generate fills unset fields from model.generation_config (top_k=50 by default, Qwen's
+    top_k=20 and repetition_penalty): the sampler must draw exactly the configured distribution,
+    the one the trainer scores."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model.generation_config.top_k = 1  # would make every sample the argmax
+    model.generation_config.repetition_penalty = 5.0
+    eng = TransformersEngine.from_model(model, AutoTokenizer.from_pretrained(tiny_model))
+    prompt = [eng.tokenizer("Say anything:").input_ids]
+    firsts = lambda s: {c.token_ids[0] for c in eng.generate(prompt, s, n=64)[0]}  # noqa: E731
+    assert len(firsts(Sampling(temperature=1.0, max_tokens=1))) > 10  # the full softmax
+    assert len(firsts(Sampling(temperature=1.0, max_tokens=1, top_k=1))) == 1  # asked for
+    assert model.generation_config.top_k == 1  # the model's own config is left as it was
 
 
 def test_vllm_engine_20_questions_8_rollouts(tiny_model, monkeypatch):

@@ -125,6 +125,10 @@ def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
         "2",
         "--max-tokens",
         "8",
+        "--max-turns",
+        "2",
+        "--rollout-backend",
+        "transformers",
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]

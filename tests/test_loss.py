@@ -17,8 +17,11 @@ def t(x):
 
 def test_group_advantages_and_zero_variance_groups():
     r = t([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
-    a = group_advantages(r, eps=0.0 + 1e-12)
-    assert torch.allclose(a[0], t([1.0, -1.0, -1.0, 1.0]))
+    a = group_advantages(r, eps=0.0 + 1e-12)  # Bessel-corrected std by default, as TRL and verl
+    s = math.sqrt(1 / 3)  # std of (1, 0, 0, 1) with n - 1
+    assert torch.allclose(a[0], t([0.5, -0.5, -0.5, 0.5]) / s)
+    b = group_advantages(r, eps=1e-12, unbiased=False)
+    assert torch.allclose(b[0], t([1.0, -1.0, -1.0, 1.0]))
     assert torch.all(a[1] == 0)  # zero variance: no signal
     assert torch.allclose(group_advantages(r, std_norm=False)[0], t([0.5, -0.5, -0.5, 0.5]))
 

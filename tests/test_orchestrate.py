@@ -325,7 +325,13 @@ def test_training_stage_adds_curves_to_the_report(harness, demo, tiny_model, tmp
 
     lake = str(tmp_path / "lake")
     pipeline_flow(inputs=[demo], lake=lake, write_run_report=False)
-    out = pipeline_flow(lake=lake, stages=["train"], train_model=tiny_model, train_steps=1)
+    out = pipeline_flow(
+        lake=lake,
+        stages=["train"],
+        train_model=tiny_model,
+        train_steps=1,
+        train_options={"max_tokens": 8, "max_turns": 2, "rollout_backend": "transformers"},
+    )
     assert out["stages"]["train"]["steps"] == 1
     folder = Path(out["report"]).parent
     assert (folder / "curves.png").read_bytes()[:4] == b"\x89PNG"

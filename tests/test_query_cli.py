@@ -171,6 +171,7 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
         "run",
     ]
     args += ["--prompts-per-step", "2", "--group-size", "4", "--max-tokens", "8"]
+    args += ["--max-turns", "2", "--rollout-backend", "transformers"]
     res = runner.invoke(app, [*args, "--steps", "2"])
     assert res.exit_code == 0, res.output
     metrics = tmp_path / "run/metrics.jsonl"

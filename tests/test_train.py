@@ -28,6 +28,7 @@ def policy_tokens(e):
 def cpu_config(model: str, out, *, turns: int = 1, response_tokens: int = 16, **kw) -> TrainConfig:
     """A run sized for CPU tests: no sandbox pool, no overlong shaping."""
     agent = AgentConfig(max_turns=turns, max_response_tokens=response_tokens, sandbox_workers=0)
+    kw.setdefault("rollout_backend", "transformers")
     return TrainConfig(model=model, out=str(out), agent=agent, use_overlong=False, **kw)
 
 
@@ -197,6 +198,7 @@ def test_dynamic_sampling_drops_zero_variance_groups_and_refills(small_model, tm
         lr=1e-3,
         max_tokens=8,
         dynamic_sampling=True,
+        dynamic_sampling_on="reward",  # this toy reward has no ground truth to be accurate on
         max_gen_batches=3,
     )
     hist = train(cfg, PROMPTS, reward)

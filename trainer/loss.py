@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import torch
 
+MAX_LOG_RATIO = 20.0  # |log r_t| beyond this is clamped before exp (no inf, no nan)
+
 
 def group_advantages(
-    rewards: torch.Tensor, eps: float = 1e-6, std_norm: bool = True
+    rewards: torch.Tensor, eps: float = 1e-6, std_norm: bool = True, unbiased: bool = True
 ) -> torch.Tensor:
-    """A_i = (R_i - mean_g R) / (std_g R + eps).  rewards: [G, K] -> [G, K]"""
+    """A_i = (R_i - mean_g R) / (std_g R + eps).  rewards: [G, K] -> [G, K]. The std is
+    Bessel-corrected by default, as in TRL and verl (``unbiased=False``: the population std)."""
     mean = rewards.mean(dim=1, keepdim=True)  # [G, 1]
     centered = rewards - mean  # [G, K]
     if not std_norm:
         return centered
-    std = rewards.std(dim=1, keepdim=True, unbiased=False)  # [G, 1]
+    std = rewards.std(dim=1, keepdim=True, unbiased=unbiased)  # [G, 1]
     return centered / (std + eps)
 
 
@@ -37,7 +40,8 @@ def grpo_tcr_loss(
         mask.sum() if n_tokens is None else torch.as_tensor(n_tokens, dtype=logp.dtype)
     )  # token-level denominator
     A = adv[:, None]  # [B, 1] broadcast over the response tokens
-    ratio = torch.exp(logp - old_logp)  # [B, T] r_t
+    log_ratio = (logp - old_logp).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # [B, T]
+    ratio = torch.exp(log_ratio)  # [B, T] r_t
     unclipped = ratio * A  # [B, T]
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * A  # [B, T] clip-higher
     l_t = -torch.min(unclipped, clipped)  # [B, T]

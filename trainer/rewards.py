@@ -29,6 +29,11 @@ def tool_bonus(tool_calls: int, tool_errors: int, per_call: float = 0.1, cap: fl
     return min(cap, per_call * max(0, tool_calls - tool_errors))
 
 
+def tool_bonus_paper(tool_calls: int, per_call: float = 0.1, cap_calls: int = 5) -> float:
+    """The paper's tool bonus: 0.1 * min(tool_calls, 5), up to +0.5 (off by default)."""
+    return per_call * min(max(0, tool_calls), cap_calls)
+
+
 def format_reward(final_text: str) -> float:
     """+0.1 when the answer is in \\boxed{} (the format the verifier reads best)."""
     return 0.1 if "\\boxed{" in (final_text or "") else 0.0

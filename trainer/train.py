@@ -27,7 +27,7 @@ from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.sandbox import Sandbox
 from trainer.loss import group_advantages, grpo_tcr_loss
-from trainer.rewards import format_reward, outcome, overlong, tool_bonus
+from trainer.rewards import format_reward, outcome, overlong, tool_bonus, tool_bonus_paper
 
 
 @dataclass
@@ -47,41 +47,121 @@ class TrainConfig:
     eps_high_end: float | None = (
         None  # linear schedule of eps_high over training (e.g. 0.35 -> 0.25)
     )
+    # named schedule: "paper" = max(0.35 - 0.15 * step / total, 0.25) (overrides the two above)
+    eps_high_schedule: str | None = None
     dual_clip: float | None = None
     beta: float = 0.0  # KL to the initial policy (k3); no reference model is loaded at 0
     ent_coef: float = 0.0
-    entropy_band: tuple[float, float] | None = None  # adjust ent_coef to keep entropy inside
+    entropy_band: tuple[float, float] | None = None  # keep the entropy inside this band by...
+    # ..."ent_coef": raising/lowering the entropy bonus (x1.5), or "beta": the paper's recipe,
+    # beta x0.9 below the band and x1.1 above it (needs beta > 0)
+    entropy_band_adjusts: str = "ent_coef"
+    adv_std_unbiased: bool = True  # Bessel-corrected group std (TRL, verl)
     minibatches: int = 1  # optimizer steps per rollout batch
     grad_accum: int = 1  # micro-batches per optimizer step (token-level denominator spans them)
     max_tokens: int = 256  # per assistant turn
+    # multi-turn tool use in the sandbox: the policy calls python, sees the result, answers
     agent: AgentConfig = field(
-        default_factory=lambda: AgentConfig(max_turns=1, max_response_tokens=256)
+        default_factory=lambda: AgentConfig(max_turns=4, max_response_tokens=1024)
     )
-    l_max: int = 256  # overlong shaping
-    l_cache: int = 64
+    l_max: int = 1024  # overlong shaping, over the policy's own tokens (tool output excluded)
+    l_cache: int = 256
     use_overlong: bool = True
     use_tool_bonus: bool = False
+    tool_bonus: str = "capped"  # capped: 0.1 per good call up to 0.2 | paper: 0.1 * min(calls, 5)
     use_format_reward: bool = False
     dynamic_sampling: bool = False
+    dynamic_sampling_on: str = (
+        "accuracy"  # accuracy: drop all-correct/all-wrong groups (DAPO) | reward
+    )
     max_gen_batches: int = 3
-    temperature: float = 1.0
+    temperature: float = 1.0  # sampling temperature; log-probs are computed at the same one
+    top_p: float = 1.0
+    top_k: int = -1  # -1: off
+    logprob_chunk: int = 512  # positions per fp32 log-softmax chunk (never a whole [B, T, V])
     seed: int = 0
     checkpoint_every: int = 0  # 0: only at the end
-    rollout_backend: str = "transformers"  # transformers (the trained model) | vllm (colocated, weights pushed each step)
+    # auto: vllm where installed, else transformers (the trained model itself) | vllm | transformers
+    rollout_backend: str = "auto"
     gradient_checkpointing: bool = False
     log_every: int = 1
+    # autocast dtype of every forward (pi_old, pi_ref and the update alike, so the ratio is
+    # exactly 1 on-policy): auto = bf16 on CUDA, none on CPU | bf16 | none
+    autocast: str = "auto"
 
 
 RewardFn = Callable[[Episode, dict], float]
+
+
+def policy_tokens(e: Episode) -> int:
+    """Tokens the policy generated (tool results and template tokens excluded)."""
+    return int(sum(e.mask))
+
+
+def correct(e: Episode, q: dict) -> bool:
+    return outcome(e.final_text, q.get("ground_truth"), q.get("answer_type")) > 0
+
+
+def autocast(config: TrainConfig, device_type: str):
+    """One precision for pi_old, pi_ref and pi_theta."""
+    mode = config.autocast
+    if mode not in ("auto", "bf16", "none"):
+        raise ValueError(f"autocast must be auto, bf16 or none, not {mode!r}")
+    on = mode == "bf16" or (mode == "auto" and device_type == "cuda")
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=on)
+
+
+def flat_group(config: TrainConfig, rewards: torch.Tensor, acc: list[bool]) -> bool:
+    """A group without signal. DAPO filters on accuracy: all right or all wrong teaches nothing
+    about the answer, even when shaping terms (overlong, tool bonus) make the rewards differ."""
+    if config.dynamic_sampling_on == "accuracy":
+        return len(set(acc)) <= 1
+    if config.dynamic_sampling_on == "reward":
+        return bool(rewards.std(unbiased=False) == 0)
+    raise ValueError(
+        f"dynamic_sampling_on must be accuracy or reward, not {config.dynamic_sampling_on!r}"
+    )
+
+
+def eps_high_at(config: TrainConfig, step: int) -> float:
+    """ε_high for this step: constant, linear to ``eps_high_end``, or the paper's schedule."""
+    total = max(1, config.steps)
+    if config.eps_high_schedule == "paper":
+        return max(0.35 - 0.15 * step / total, 0.25)
+    if config.eps_high_schedule is not None:
+        raise ValueError(f"unknown eps_high_schedule {config.eps_high_schedule!r} (paper)")
+    if config.eps_high_end is None:
+        return config.eps_high
+    return config.eps_high + (config.eps_high_end - config.eps_high) * step / max(1, total - 1)
+
+
+def band_adjust(config: TrainConfig, entropy: float, ent_coef: float, beta: float):
+    """(ent_coef, beta) after one step of the entropy-band controller."""
+    if config.entropy_band is None:
+        return ent_coef, beta
+    lo, hi = config.entropy_band
+    if config.entropy_band_adjusts == "beta":  # the paper: x0.9 below the band, x1.1 above
+        return ent_coef, beta * 0.9 if entropy < lo else beta * 1.1 if entropy > hi else beta
+    if config.entropy_band_adjusts != "ent_coef":
+        raise ValueError(
+            f"entropy_band_adjusts must be ent_coef or beta, not {config.entropy_band_adjusts!r}"
+        )
+    if entropy < lo:
+        return ent_coef * 1.5 + 1e-4, beta
+    return (ent_coef / 1.5 if entropy > hi else ent_coef), beta
 
 
 def default_reward(config: TrainConfig) -> RewardFn:
     def fn(e: Episode, q: dict) -> float:
         r = outcome(e.final_text, q.get("ground_truth"), q.get("answer_type"))
         if config.use_overlong:
-            r += overlong(len(e.response_ids), config.l_max, config.l_cache)
+            r += overlong(policy_tokens(e), config.l_max, config.l_cache)
         if config.use_tool_bonus:
-            r += tool_bonus(e.tool_calls, e.tool_errors)
+            r += (
+                tool_bonus_paper(e.tool_calls)
+                if config.tool_bonus == "paper"
+                else tool_bonus(e.tool_calls, e.tool_errors)
+            )
         if config.use_format_reward:
             r += format_reward(e.final_text)
         return r
@@ -95,25 +175,35 @@ def token_logprobs(
     attn: torch.Tensor,
     with_entropy: bool = False,
     keep: int | None = None,
+    temperature: float = 1.0,
+    chunk: int = 512,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(token_t | tokens_<t) for t >= 1, and the true entropy of each next-token
-    distribution. ids, attn: [B, T] -> [B, T-1]. With ``keep``, logits are computed for the last
-    ``keep`` positions only (the responses; prompt positions get 0), which saves the vocabulary
-    projection over long agent prompts."""
+    """log p(token_t | tokens_<t) for t >= 1 under the sampling distribution (logits divided
+    by the sampling temperature, as verl does), and the entropy of each next-token distribution.
+    ids, attn: [B, T] -> [B, T-1]. With ``keep``, logits are computed for the last ``keep``
+    positions only (the responses; prompt positions get 0). The fp32 log-softmax runs over
+    ``chunk`` positions at a time, so no [B, T, V] fp32 tensor is ever whole; the entropy stays
+    out of the autograd graph unless ``entropy_grad`` (its coefficient is not 0)."""
     T = ids.shape[1]
     if keep is None or keep >= T - 1:
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [B, T-1, V]
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]  # [B, T-1, V]
         targets = ids[:, 1:]  # [B, T-1]
     else:
-        logits = (
-            model(input_ids=ids, attention_mask=attn, logits_to_keep=keep + 1)
-            .logits[:, :-1]
-            .float()
-        )  # [B, keep, V]
+        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep + 1).logits[
+            :, :-1
+        ]  # [B, keep, V]
         targets = ids[:, T - keep :]  # [B, keep]
-    logp_all = torch.log_softmax(logits, dim=-1)  # [B, K, V]
-    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # [B, K]
-    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # [B, K]
+    logps, ents = [], []
+    for s in range(0, logits.shape[1], chunk):
+        z = logits[:, s : s + chunk].float() / temperature  # [B, c, V] fp32
+        logp_all = torch.log_softmax(z, dim=-1)  # [B, c, V]
+        logps.append(logp_all.gather(-1, targets[:, s : s + chunk, None]).squeeze(-1))  # [B, c]
+        if with_entropy:
+            with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+                ents.append(-(logp_all.exp() * logp_all).sum(-1))  # [B, c]
+    logp = torch.cat(logps, dim=1)  # [B, K]
+    ent = torch.cat(ents, dim=1) if with_entropy else None  # [B, K]
     if logp.shape[1] < T - 1:  # left-pad the prompt positions back to [B, T-1]
         pad = T - 1 - logp.shape[1]
         logp = torch.nn.functional.pad(logp, (pad, 0))
@@ -152,6 +242,28 @@ class Prompts:
         return out
 
 
+TOOLS = ("python", "none")
+
+
+def agent_config(dataset: str | None, max_turns: int = 4, tools: str = "python") -> AgentConfig:
+    """The agent a run trains: ``max_turns`` turns with the sandboxed python tool (``tools=
+    "none"``: one turn, no tool declared), prompted with the dataset's own system prompt (its
+    manifest's ``config.system_prompt``), so the policy is trained on the prompt its data has."""
+    if tools not in TOOLS:
+        raise ValueError(f"tools must be one of {TOOLS}, not {tools!r}")
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+    kw: dict = {}
+    manifest = Path(dataset) / "manifest.json" if dataset else None
+    if manifest is not None and manifest.exists():
+        cfg = json.loads(manifest.read_text()).get("config", {})
+        if "system_prompt" in cfg:
+            kw["system_prompt"] = cfg["system_prompt"]
+    if tools == "none":
+        return AgentConfig(max_turns=1, declare_tools=False, sandbox_workers=0, **kw)
+    return AgentConfig(max_turns=max_turns, max_response_tokens=1024, **kw)
+
+
 def load_prompts(dataset: str) -> list[dict]:
     import pyarrow.dataset as pads
 
@@ -171,6 +283,7 @@ def update(
     eps_high: float,
     ent_coef: float,
     keep: int | None = None,
+    beta: float | None = None,
 ) -> list[dict]:
     """One optimizer step on a minibatch, in ``grad_accum`` micro-batches.
 
@@ -188,8 +301,17 @@ def update(
     metrics = []
     device_type = "cuda" if ids.is_cuda else "cpu"
     for micro in torch.arange(len(ids)).chunk(config.grad_accum):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device_type == "cuda"):
-            logp, ent = token_logprobs(model, ids[micro], attn[micro], with_entropy=True, keep=keep)
+        with autocast(config, device_type):
+            logp, ent = token_logprobs(
+                model,
+                ids[micro],
+                attn[micro],
+                with_entropy=True,
+                keep=keep,
+                temperature=config.temperature,
+                chunk=config.logprob_chunk,
+                entropy_grad=ent_coef != 0,
+            )
         loss, lm = grpo_tcr_loss(
             logp,
             old_logp[micro],
@@ -199,7 +321,7 @@ def update(
             eps_high,
             config.dual_clip,
             ref_logp[micro] if ref_logp is not None else None,
-            config.beta,
+            config.beta if beta is None else beta,
             ent,
             ent_coef,
             n_tokens=n_tokens.item(),
@@ -223,6 +345,7 @@ def _rng_state() -> dict:
         "python": random.getstate(),
         "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
         "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
 
 
@@ -231,6 +354,8 @@ def _set_rng_state(s: dict) -> None:
     name, keys, pos, has_gauss, gauss = s["numpy"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(s["torch"])
+    if s.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
 
 
 def train(
@@ -273,18 +398,28 @@ def train(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(config.warmup_steps))
     rows = prompts if prompts is not None else load_prompts(config.dataset)
     stream = Prompts(rows, config.seed + 1_000_003 * rank)
-    start, ent_coef = 0, config.ent_coef
+    start, ent_coef, beta = 0, config.ent_coef, config.beta
     if resume:
         state = torch.load(latest / "trainer_state.pt", weights_only=True)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
         stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
+        beta = state.get("beta", beta)
+        if rank == 0:
+            _truncate_metrics(out / "metrics.jsonl", start)
     reward_fn = reward_fn or default_reward(config)
     policy = TransformersEngine.from_model(model, tokenizer)  # samples the policy being trained
     pad = policy.pad_id
     engine = policy
-    if config.rollout_backend == "vllm":
+    backend = config.rollout_backend
+    if backend == "auto":
+        from pipeline.rollout.engines import vllm_available
+
+        backend = "vllm" if vllm_available() else "transformers"
+    if backend not in ("vllm", "transformers"):
+        raise ValueError(f"rollout_backend must be auto, vllm or transformers, not {backend!r}")
+    if backend == "vllm":
         from pipeline.rollout.engines import VLLMEngine, push_weights
 
         engine = VLLMEngine(src, gpu_memory_utilization=0.5, max_model_len=2048)
@@ -300,14 +435,9 @@ def train(
     try:
         for step in range(start, config.steps):
             t0 = time.perf_counter()
-            frac = step / max(1, config.steps - 1)
-            eps_high = (
-                config.eps_high
-                if config.eps_high_end is None
-                else config.eps_high + (config.eps_high_end - config.eps_high) * frac
-            )
+            eps_high = eps_high_at(config, step)
             # ---- rollouts (with dynamic sampling) ----------------------------------------------
-            groups: list[tuple[dict, list[Episode], torch.Tensor]] = []
+            groups: list[tuple[dict, list[Episode], torch.Tensor, list[bool]]] = []
             zero_var = gen_batches = 0
             while len(groups) < config.prompts_per_step and gen_batches < (
                 config.max_gen_batches if config.dynamic_sampling else 1
@@ -319,25 +449,32 @@ def train(
                     [(q.get("question_id", str(i)), q["question"]) for i, q in enumerate(qs)],
                     config.group_size,
                     config.agent,
-                    Sampling(config.temperature, 1.0, config.max_tokens, config.seed + step),
+                    Sampling(
+                        config.temperature,
+                        config.top_p,
+                        config.max_tokens,
+                        config.seed + step,
+                        config.top_k,
+                    ),
                     sandbox=sandbox,
                 )
                 gen_batches += 1
                 for i, q in enumerate(qs):
                     ge = eps[i * config.group_size : (i + 1) * config.group_size]
                     r = torch.tensor([reward_fn(e, q) for e in ge], dtype=torch.float32)
-                    if r.std(unbiased=False) == 0:
+                    acc = [correct(e, q) for e in ge]
+                    if flat_group(config, r, acc):
                         zero_var += 1
                         if config.dynamic_sampling:
                             continue
-                    groups.append((q, ge, r))
+                    groups.append((q, ge, r, acc))
             if not groups:
                 history.append(
                     m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
                 )
                 continue
             rewards = torch.stack([g[2] for g in groups])  # [G, K]
-            adv = group_advantages(rewards).flatten()  # [G*K]
+            adv = group_advantages(rewards, unbiased=config.adv_std_unbiased).flatten()  # [G*K]
             episodes = [e for g in groups for e in g[1]]
             ids, attn, mask = _batch(episodes, pad)
             ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
@@ -345,10 +482,10 @@ def train(
                 keep = ids.shape[1] - min(
                     len(e.prompt_ids) for e in episodes
                 )  # response positions only
-                old_logp, _ = token_logprobs(
-                    model, ids, attn, keep=keep
-                )  # pi_old, recomputed by the trainer
-                ref_logp = token_logprobs(ref, ids, attn, keep=keep)[0] if ref is not None else None
+                lp = dict(keep=keep, temperature=config.temperature, chunk=config.logprob_chunk)
+                with autocast(config, ids.device.type):  # the update's precision
+                    old_logp, _ = token_logprobs(model, ids, attn, **lp)  # pi_old, by the trainer
+                    ref_logp = token_logprobs(ref, ids, attn, **lp)[0] if ref is not None else None
             # ---- update ----------------------------------------------------------------------
             order = torch.randperm(len(episodes))
             mb_metrics = []
@@ -366,6 +503,7 @@ def train(
                     eps_high,
                     ent_coef,
                     keep,
+                    beta,
                 )
                 sched.step()
             if (
@@ -373,37 +511,29 @@ def train(
             ):  # the colocated engine samples the next step from the new weights
                 push_weights(engine, model)
             entropy = float(np.mean([x["entropy"] for x in mb_metrics]))
-            if (
-                config.entropy_band is not None
-            ):  # keep entropy inside the band by adjusting its bonus
-                lo, hi = config.entropy_band
-                ent_coef = (
-                    ent_coef * 1.5 + 1e-4
-                    if entropy < lo
-                    else ent_coef / 1.5
-                    if entropy > hi
-                    else ent_coef
-                )
+            ent_coef, beta = band_adjust(config, entropy, ent_coef, beta)
             dt = time.perf_counter() - t0
             n_tok = sum(len(e.response_ids) for e in episodes)
             m = {
                 "step": step + 1,
                 "reward_mean": rewards.mean().item(),
                 "reward_std": rewards.std(unbiased=False).item(),
-                "accuracy": float(np.mean([r > 0 for r in rewards.flatten().tolist()])),
+                "accuracy": float(np.mean([a for g in groups for a in g[3]])),
                 "entropy": entropy,
                 "clip_frac_low": float(np.mean([x["clip_frac_low"] for x in mb_metrics])),
                 "clip_frac_high": float(np.mean([x["clip_frac_high"] for x in mb_metrics])),
                 "approx_kl": float(np.mean([x["approx_kl"] for x in mb_metrics])),
+                "ratio_first": mb_metrics[0]["ratio_mean"],  # on-policy: exactly 1
                 "response_len": n_tok / len(episodes),
                 "tool_calls": float(np.mean([e.tool_calls for e in episodes])),
                 "tool_errors": float(np.mean([e.tool_errors for e in episodes])),
                 "overlong_frac": float(
-                    np.mean([len(e.response_ids) > config.l_max - config.l_cache for e in episodes])
+                    np.mean([policy_tokens(e) > config.l_max - config.l_cache for e in episodes])
                 ),
                 "zero_var_frac": zero_var / max(1, zero_var + len(groups)),
                 "eps_high": eps_high,
                 "ent_coef": ent_coef,
+                "beta": beta,
                 "lr": sched.get_last_lr()[0],
                 "step_time": dt,
                 "tokens_per_s": n_tok / dt,
@@ -421,7 +551,7 @@ def train(
                 on_step(m)
             if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and rank == 0:
                 _checkpoint(
-                    latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config
+                    latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config, beta
                 )
     finally:
         if sandbox is not None:
@@ -437,6 +567,7 @@ def train(
             config.steps if history else start,
             ent_coef,
             config,
+            beta,
         )
         _plot(out)
     if world > 1:
@@ -478,7 +609,7 @@ def _warnings(m: dict, history: list[dict], tokenizer) -> list[str]:
 
 
 def _checkpoint(
-    path: Path,
+    latest: Path,
     model,
     tokenizer,
     opt,
@@ -487,9 +618,19 @@ def _checkpoint(
     step: int,
     ent_coef: float,
     config: TrainConfig,
+    beta: float = 0.0,
 ) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.mkdir(parents=True, exist_ok=True)
+    """Write ``checkpoint-<step>`` under a temporary name, rename it into place, then point the
+    ``checkpoint-latest`` symlink at it with one atomic replace; older checkpoints go last. A
+    kill at any moment leaves ``checkpoint-latest`` pointing at a complete checkpoint."""
+    import os
+    import shutil
+
+    final = latest.with_name(f"checkpoint-{step}")
+    tmp = latest.with_name(f".checkpoint-{step}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     torch.save(
@@ -500,15 +641,37 @@ def _checkpoint(
             "cursor": stream.cursor,
             "step": step,
             "ent_coef": ent_coef,
+            "beta": beta,
             "config": asdict(config),
         },
         tmp / "trainer_state.pt",
     )
-    if path.exists():
-        import shutil
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    if latest.exists() and not latest.is_symlink():  # a run from before checkpoint-<step>
+        latest.rename(latest.with_name(f"checkpoint-old-{os.getpid()}"))
+    link = latest.with_name(".checkpoint-latest.tmp")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(final.name)
+    os.replace(link, latest)  # atomic: the old or the new checkpoint, never none
+    for old in latest.parent.glob("checkpoint-*"):
+        if old.name not in (final.name, latest.name) and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
 
-        shutil.rmtree(path)
-    tmp.rename(path)
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Drop the metrics of steps after the checkpoint being resumed: they are run again (a kill
+    between a step's log line and its checkpoint would otherwise log that step twice)."""
+    import os
+
+    if not path.exists():
+        return
+    keep = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(x + "\n" for x in keep))
+    os.replace(tmp, path)
 
 
 def _tensorboard(out: Path):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -80,24 +80,39 @@ class Episode:
 
 
 class ToolMessageRenderer:
-    """Token ids of one tool message plus the next assistant header, taken from the chat
-    template by difference on a fixed dummy conversation (so prior turns are never re-tokenized)."""
+    """Token ids of one turn's tool messages plus the next assistant header, taken from the chat
+    template by difference on a fixed dummy conversation (so prior turns are never re-tokenized).
+
+    The difference starts right after the assistant's stop token: what the template writes
+    after it (Qwen's ``\n`` after ``<|im_end|>``) belongs to the tool message, since the policy
+    stopped sampling at the stop token. A turn's results are rendered together, so templates that
+    group consecutive tool messages (Qwen2.5 and Qwen3: one user block of ``<tool_response>``s)
+    give the same ids as rendering the whole conversation."""
+
+    MARK = "a7f3e9"  # the dummy assistant turn's text, found again in the rendering
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
-        self.head = tokenizer.apply_chat_template(base, tokenize=False)
-        self.base = base
+        self.stop = tokenizer.eos_token or ""
+        self.base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.MARK}]
 
-    def ids(self, content: str) -> list[int]:
+    def ids(self, contents: str | list[str], stopped: bool = True) -> list[int]:
+        """``stopped``: the turn ended with the stop token (else the template's is added)."""
+        contents = [contents] if isinstance(contents, str) else contents
         full = self.tokenizer.apply_chat_template(
-            [*self.base, {"role": "tool", "content": content}],
+            [*self.base, *({"role": "tool", "content": c} for c in contents)],
             tokenize=False,
             add_generation_prompt=True,
         )
-        if not full.startswith(self.head):
-            raise RuntimeError("chat template does not render a tool message as a suffix")
-        return self.tokenizer(full[len(self.head) :], add_special_tokens=False).input_ids
+        # (rendered after the assistant turn, not as a suffix of a rendering that ends with it:
+        # Qwen3 writes the last assistant turn differently, with an empty <think> block)
+        at = full.find(self.MARK + self.stop)
+        if at < 0:
+            raise RuntimeError("chat template does not end an assistant turn with its stop token")
+        text = full[at + len(self.MARK) + len(self.stop) :]
+        return self.tokenizer(
+            ("" if stopped else self.stop) + text, add_special_tokens=False
+        ).input_ids
 
 
 def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
@@ -259,6 +274,7 @@ def _loop(engine, episodes, renderer, k, config, sampling, tools) -> list[Episod
                 for e, calls in pending
                 for call in calls
             ]
+            outputs: dict[int, list[str]] = {}
             for e, fut in jobs:
                 out, is_error = fut.result()
                 e.tool_calls += 1
@@ -269,7 +285,11 @@ def _loop(engine, episodes, renderer, k, config, sampling, tools) -> list[Episod
                     else out[: config.max_tool_chars] + "\n[truncated]"
                 )
                 e.messages.append({"role": "tool", "content": out})
-                ids = renderer.ids(out)
+                outputs.setdefault(id(e), []).append(out)
+            for e, _ in pending:  # one turn's results together, as the template groups them
+                stop_id = getattr(engine, "stop_id", renderer.tokenizer.eos_token_id)
+                stopped = bool(e.response_ids) and e.response_ids[-1] == stop_id
+                ids = renderer.ids(outputs[id(e)], stopped=stopped)
                 e.response_ids += ids
                 e.mask += [0] * len(ids)
             for e, _ in pending:
@@ -283,9 +303,9 @@ def _remaining(e: Episode, config: AgentConfig) -> int:
 
 
 def _budget(sampling: Sampling, config: AgentConfig, e: Episode) -> Sampling:
-    return Sampling(
-        sampling.temperature,
-        sampling.top_p,
-        max(1, min(sampling.max_tokens, _remaining(e, config))),
-        sampling.seed + e.turns,
+    """This turn's sampling: the run's distribution (top_k included), this episode's budget."""
+    return replace(
+        sampling,
+        max_tokens=max(1, min(sampling.max_tokens, _remaining(e, config))),
+        seed=sampling.seed + e.turns,
     )

@@ -20,10 +20,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Sampling:
+    """The whole sampling distribution, explicit: nothing is inherited from a model's
+    ``generation_config`` (a trainer scores exactly this distribution)."""
+
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 256  # per turn
     seed: int = 0
+    top_k: int = -1  # -1: off (vLLM's convention)
 
 
 @dataclass
@@ -126,19 +130,21 @@ class TransformersEngine:
             mask[i, width - len(p) :] = 1
         was_training = self.model.training
         self.model.eval()
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
-                do_sample=sampling.temperature > 0,
-                temperature=max(sampling.temperature, 1e-5),
-                top_p=sampling.top_p,
-                max_new_tokens=sampling.max_tokens,
-                num_return_sequences=n,
-                eos_token_id=self.stop_id,
-                pad_token_id=self.pad_id,
-            )
-        self.model.train(was_training)
+        # A clean config stands in for the model's own during the call: transformers fills the
+        # fields a passed config leaves at their defaults from model.generation_config (Qwen's
+        # top_k=20, repetition_penalty=1.05, ...), which would sample another distribution.
+        clean = explicit_generation_config(sampling, n, self.stop_id, self.pad_id)
+        saved, self.model.generation_config = self.model.generation_config, clean
+        try:
+            with torch.no_grad():
+                out = self.model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    generation_config=clean,
+                )
+        finally:
+            self.model.generation_config = saved
+            self.model.train(was_training)
         new = out[:, width:].tolist()
         result = []
         for i in range(len(prompts)):
@@ -154,6 +160,25 @@ class TransformersEngine:
         return result
 
 
+def explicit_generation_config(sampling: Sampling, n: int, stop_id: int, pad_id: int):
+    """Exactly ``sampling``: temperature, top_p, top_k (0 = off) and nothing else (no repetition
+    penalty, min_p, typical_p, no_repeat_ngram...)."""
+    from transformers import GenerationConfig
+
+    sample = sampling.temperature > 0
+    return GenerationConfig(
+        do_sample=sample,
+        temperature=max(sampling.temperature, 1e-5) if sample else None,
+        top_p=sampling.top_p if sample else None,
+        top_k=(sampling.top_k if sampling.top_k > 0 else 0) if sample else None,
+        max_new_tokens=sampling.max_tokens,
+        num_return_sequences=n,
+        eos_token_id=stop_id,
+        pad_token_id=pad_id,
+        repetition_penalty=1.0,
+    )
+
+
 class VLLMEngine:
     name = "vllm"
 
@@ -167,6 +192,9 @@ class VLLMEngine:
         from vllm import LLM
 
         kwargs.setdefault("seed", 0)  # the engine is seeded once
+        # sampling defaults come from SamplingParams alone, never from the model's
+        # generation_config (the trainer scores exactly the distribution it asked for)
+        kwargs.setdefault("generation_config", "vllm")
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -186,6 +214,7 @@ class VLLMEngine:
             n=n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
+            top_k=sampling.top_k,
             max_tokens=sampling.max_tokens,
             stop_token_ids=[self.stop_id],  # no per-request seed: vLLM's CPU build cannot offset it
             skip_special_tokens=False,  # keep <tool_call> markers in the text the loop parses

@@ -159,6 +159,11 @@ def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_pat
     )
     hist = train(cfg, PROMPTS, lambda e, q: len(policy_tokens(e)) / 8)
     assert len(hist) == 2
+    # vLLM's own log-probs of what it sampled are kept and compared with pi_old every step;
+    # truncated importance sampling is on by default with vLLM
+    for h in hist:
+        assert h["tis"] is True and h["logp_reported_frac"] > 0.5
+        assert 0 <= h["logp_mismatch_mean"] < 0.1 and 0 < h["tis_weight_mean"] <= cfg.tis_cap
     trained = AutoModelForCausalLM.from_pretrained(
         str(tmp_path / "run/checkpoint-latest"), dtype=torch.float32
     )

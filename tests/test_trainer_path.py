@@ -215,3 +215,44 @@ def test_kill_9_never_leaves_the_run_without_a_loadable_checkpoint(tiny_model, t
         f"checkpoint-{steps}",
         "checkpoint-latest",
     ]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_the_sampler_is_the_policy_that_is_scored(tiny_model, tmp_path, temperature):
+    """The engine's own log-probs of what it sampled equal the trainer's log pi_old: same
+    distribution (temperature applied in both, nothing inherited), so the mismatch is ~0."""
+    from pipeline.rollout.agent import AgentConfig
+    from trainer.train import train
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        out=str(tmp_path / "run"),
+        steps=1,
+        prompts_per_step=2,
+        group_size=4,
+        max_tokens=12,
+        temperature=temperature,
+        agent=AgentConfig(max_turns=1, max_response_tokens=12, sandbox_workers=0),
+        rollout_backend="transformers",
+        use_overlong=False,
+    )
+    prompts = [{"question_id": f"q{i}", "question": f"Say {i}."} for i in range(2)]
+    (m,) = train(cfg, prompts, lambda e, q: float(e.sample))
+    assert m["logp_reported_frac"] == 1.0
+    assert m["logp_mismatch_max"] < 1e-4, m["logp_mismatch_max"]
+    assert m["tis"] is False  # on by default with vLLM only
+
+
+def test_truncated_importance_weights():
+    from trainer.train import mismatch
+
+    old = torch.tensor([[0.0, -1.0, -2.0, -3.0]])
+    eng = torch.tensor([[float("nan"), -1.5, -2.0, -0.5]])  # sampler log-probs; nan: unreported
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token is a tool token
+    w, m = mismatch(old, eng, mask, cap=1.2)
+    assert torch.allclose(w, torch.tensor([[1.0, 1.2, 1.0, 1.0]]))  # e^0.5 capped at 1.2
+    assert m["logp_mismatch_max"] == 0.5 and m["logp_mismatch_mean"] == 0.25
+    logp = torch.zeros(1, 4, requires_grad=True)
+    plain, _ = grpo_tcr_loss(logp, logp.detach(), torch.tensor([1.0]), mask)
+    weighted, _ = grpo_tcr_loss(logp, logp.detach(), torch.tensor([1.0]), mask, is_weight=w)
+    assert weighted.item() == pytest.approx(plain.item() * (1 + 1.2 + 1) / 3)

@@ -34,6 +34,7 @@ def grpo_tcr_loss(
     entropy: torch.Tensor | None = None,  # [B, T] true entropy of the policy at each token
     ent_coef: float = 0.0,
     n_tokens: float | None = None,  # policy tokens of the whole batch (all accumulation steps)
+    is_weight: torch.Tensor | None = None,  # [B, T] truncated importance weight pi_old / pi_sampler
 ) -> tuple[torch.Tensor, dict[str, float]]:
     mask = mask.to(logp.dtype)
     n = (
@@ -47,6 +48,8 @@ def grpo_tcr_loss(
     l_t = -torch.min(unclipped, clipped)  # [B, T]
     if dual_clip is not None:
         l_t = torch.where(A < 0, torch.min(l_t, -dual_clip * A), l_t)  # [B, T]
+    if is_weight is not None:  # TIS: min(pi_old / pi_sampler, C), no gradient
+        l_t = l_t * is_weight.detach()
     if beta > 0 and ref_logp is not None:
         log_r = ref_logp - logp  # [B, T]
         kl = torch.exp(log_r) - log_r - 1  # [B, T] k3 estimator of KL(pi_theta || pi_ref)

@@ -79,6 +79,10 @@ class TrainConfig:
     top_p: float = 1.0
     top_k: int = -1  # -1: off
     logprob_chunk: int = 512  # positions per fp32 log-softmax chunk (never a whole [B, T, V])
+    # truncated importance sampling between the rollout engine and the trainer: each policy
+    # token's loss is weighted by min(pi_old / pi_sampler, tis_cap). auto: on with vLLM
+    tis: str = "auto"  # auto | on | off
+    tis_cap: float = 2.0
     seed: int = 0
     checkpoint_every: int = 0  # 0: only at the end
     # auto: vllm where installed, else transformers (the trained model itself) | vllm | transformers
@@ -211,6 +215,36 @@ def token_logprobs(
     return logp, ent
 
 
+def _engine_logprobs(episodes: list[Episode], width: int) -> torch.Tensor:
+    """The sampler's log-probs aligned with ``_batch``'s loss mask: [B, width-1]; nan where the
+    engine reported none (and on prompt, tool and padding positions)."""
+    out = torch.full((len(episodes), width), float("nan"))
+    for i, e in enumerate(episodes):
+        if e.logprobs and len(e.logprobs) == len(e.response_ids):
+            start = len(e.prompt_ids)
+            lp = torch.tensor(e.logprobs, dtype=torch.float32)
+            lp[torch.tensor(e.mask) == 0] = float("nan")
+            out[i, start : start + len(lp)] = lp
+    return out[:, 1:]
+
+
+def mismatch(old_logp: torch.Tensor, eng_logp: torch.Tensor, mask: torch.Tensor, cap: float):
+    """(TIS weights [B, T-1], metrics) from the trainer's pi_old and the sampler's log-probs:
+    weight min(exp(log pi_old - log pi_sampler), cap) on policy tokens the engine reported, 1
+    elsewhere; the metrics are mean and max |delta log p| over those tokens."""
+    known = torch.isfinite(eng_logp) & (mask > 0)
+    delta = torch.where(known, old_logp - torch.nan_to_num(eng_logp), torch.zeros_like(old_logp))
+    w = torch.where(known, torch.exp(delta.clamp(max=math.log(cap))), torch.ones_like(delta))
+    n = int(known.sum())
+    metrics = {
+        "logp_mismatch_mean": float(delta.abs()[known].mean()) if n else None,
+        "logp_mismatch_max": float(delta.abs()[known].max()) if n else None,
+        "tis_weight_mean": float(w[known].mean()) if n else None,
+        "logp_reported_frac": n / max(1, int((mask > 0).sum())),
+    }
+    return w, metrics
+
+
 def _batch(episodes: list[Episode], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ids [B, T], attention [B, T], loss mask over predicted tokens [B, T-1] (policy tokens only)."""
     seqs = [e.prompt_ids + e.response_ids for e in episodes]
@@ -284,6 +318,7 @@ def update(
     ent_coef: float,
     keep: int | None = None,
     beta: float | None = None,
+    is_weight: torch.Tensor | None = None,
 ) -> list[dict]:
     """One optimizer step on a minibatch, in ``grad_accum`` micro-batches.
 
@@ -325,6 +360,7 @@ def update(
             ent,
             ent_coef,
             n_tokens=n_tokens.item(),
+            is_weight=is_weight[micro] if is_weight is not None else None,
         )
         (loss * world).backward()
         metrics.append(lm)
@@ -486,6 +522,13 @@ def train(
                 with autocast(config, ids.device.type):  # the update's precision
                     old_logp, _ = token_logprobs(model, ids, attn, **lp)  # pi_old, by the trainer
                     ref_logp = token_logprobs(ref, ids, attn, **lp)[0] if ref is not None else None
+            # sampler vs trainer: the engine's own log-probs of what it sampled against pi_old
+            weights, mm = mismatch(
+                old_logp, _engine_logprobs(episodes, ids.shape[1]).to(device), mask, config.tis_cap
+            )
+            use_tis = config.tis == "on" or (config.tis == "auto" and backend == "vllm")
+            if config.tis not in ("auto", "on", "off"):
+                raise ValueError(f"tis must be auto, on or off, not {config.tis!r}")
             # ---- update ----------------------------------------------------------------------
             order = torch.randperm(len(episodes))
             mb_metrics = []
@@ -504,6 +547,7 @@ def train(
                     ent_coef,
                     keep,
                     beta,
+                    weights[mb] if use_tis else None,
                 )
                 sched.step()
             if (
@@ -524,6 +568,8 @@ def train(
                 "clip_frac_high": float(np.mean([x["clip_frac_high"] for x in mb_metrics])),
                 "approx_kl": float(np.mean([x["approx_kl"] for x in mb_metrics])),
                 "ratio_first": mb_metrics[0]["ratio_mean"],  # on-policy: exactly 1
+                **mm,
+                "tis": use_tis,
                 "response_len": n_tok / len(episodes),
                 "tool_calls": float(np.mean([e.tool_calls for e in episodes])),
                 "tool_errors": float(np.mean([e.tool_errors for e in episodes])),

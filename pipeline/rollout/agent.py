@@ -13,6 +13,7 @@ with an error message, counted, and the episode goes on.
 
 from __future__ import annotations
 
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -63,6 +64,9 @@ class Episode:
     prompt_ids: list[int]
     response_ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)  # per response token: 1 = sampled by the policy
+    # per response token: the engine's log-prob of a sampled token (nan: not reported), 0 on
+    # tool/template tokens; the trainer compares it with its own pi_old (mismatch, TIS)
+    logprobs: list[float] = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
@@ -245,6 +249,11 @@ def _loop(engine, episodes, renderer, k, config, sampling, tools) -> list[Episod
                 e.turns += 1
                 e.response_ids += c.token_ids
                 e.mask += [1] * len(c.token_ids)
+                e.logprobs += (
+                    list(c.logprobs)
+                    if c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
+                    else [math.nan] * len(c.token_ids)
+                )
                 calls, bad = parse_calls(c.text, config.tool_format)
                 e.malformed_calls += bad
                 e.messages.append(
@@ -292,6 +301,7 @@ def _loop(engine, episodes, renderer, k, config, sampling, tools) -> list[Episod
                 ids = renderer.ids(outputs[id(e)], stopped=stopped)
                 e.response_ids += ids
                 e.mask += [0] * len(ids)
+                e.logprobs += [0.0] * len(ids)
             for e, _ in pending:
                 if _remaining(e, config) <= 0:
                     e.done, e.finish_reason = True, "max_tokens"

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -35,6 +36,34 @@ class Completion:
     token_ids: list[int]  # the sampled tokens, ending with the stop token when one was sampled
     text: str
     finish_reason: str  # stop | length
+    # the engine's log-prob of each sampled token under the distribution it sampled from (after
+    # temperature / top-k / top-p); nan where the engine did not report one; None: no log-probs
+    logprobs: list[float] | None = None
+
+
+class SampledLogprobs:
+    """A last logits processor for HF ``generate`` that records the log-prob of each sampled
+    token under the processed distribution, one step behind (the token chosen from step j's
+    scores is seen at step j+1), so only one [B, V] tensor is kept at a time."""
+
+    def __init__(self):
+        self.prev = None
+        self.out: list = []
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if self.prev is not None:
+            self.out.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, sequences) -> list[list[float]]:
+        import torch
+
+        if self.prev is not None:
+            self.out.append(self.prev.gather(1, sequences[:, -1:]).squeeze(1))
+        return torch.stack(self.out, dim=1).tolist() if self.out else [[] for _ in sequences]
 
 
 def decode_turn(tokenizer, seq: list[int], stop_id: int) -> str:
@@ -135,13 +164,18 @@ class TransformersEngine:
         # top_k=20, repetition_penalty=1.05, ...), which would sample another distribution.
         clean = explicit_generation_config(sampling, n, self.stop_id, self.pad_id)
         saved, self.model.generation_config = self.model.generation_config, clean
+        from transformers import LogitsProcessorList
+
+        recorder = SampledLogprobs()
         try:
             with torch.no_grad():
                 out = self.model.generate(
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
                     generation_config=clean,
+                    logits_processor=LogitsProcessorList([*warpers(sampling), recorder]),
                 )
+                lps = recorder.finish(out)
         finally:
             self.model.generation_config = saved
             self.model.train(was_training)
@@ -149,28 +183,43 @@ class TransformersEngine:
         result = []
         for i in range(len(prompts)):
             comps = []
-            for seq in new[i * n : (i + 1) * n]:
+            for seq, lp in zip(new[i * n : (i + 1) * n], lps[i * n : (i + 1) * n], strict=True):
                 reason = "length"
                 if self.stop_id in seq:
                     seq, reason = seq[: seq.index(self.stop_id) + 1], "stop"
-                comps.append(
-                    Completion(seq, decode_turn(self.tokenizer, seq, self.stop_id), reason)
-                )
+                text = decode_turn(self.tokenizer, seq, self.stop_id)
+                comps.append(Completion(seq, text, reason, lp[: len(seq)]))
             result.append(comps)
         return result
 
 
+def warpers(sampling: Sampling) -> list:
+    """Temperature, top-k and top-p as explicit logits processors, in vLLM's order. They run
+    before ``SampledLogprobs``: HF would add its own warpers after every custom processor, so
+    the recorded log-probs would be those of the unwarped distribution."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    if sampling.temperature <= 0:
+        return []
+    out = [TemperatureLogitsWarper(sampling.temperature)] if sampling.temperature != 1.0 else []
+    if sampling.top_k > 0:
+        out.append(TopKLogitsWarper(top_k=sampling.top_k))
+    if sampling.top_p < 1.0:
+        out.append(TopPLogitsWarper(top_p=sampling.top_p))
+    return out
+
+
 def explicit_generation_config(sampling: Sampling, n: int, stop_id: int, pad_id: int):
-    """Exactly ``sampling``: temperature, top_p, top_k (0 = off) and nothing else (no repetition
-    penalty, min_p, typical_p, no_repeat_ngram...)."""
+    """Sampling with nothing of HF's own: no warper (``warpers`` supplies temperature, top-k
+    and top-p), no repetition penalty, min_p, typical_p, no_repeat_ngram..."""
     from transformers import GenerationConfig
 
     sample = sampling.temperature > 0
     return GenerationConfig(
         do_sample=sample,
-        temperature=max(sampling.temperature, 1e-5) if sample else None,
-        top_p=sampling.top_p if sample else None,
-        top_k=(sampling.top_k if sampling.top_k > 0 else 0) if sample else None,
+        temperature=1.0 if sample else None,
+        top_p=1.0 if sample else None,
+        top_k=0 if sample else None,
         max_new_tokens=sampling.max_tokens,
         num_return_sequences=n,
         eos_token_id=stop_id,
@@ -195,6 +244,9 @@ class VLLMEngine:
         # sampling defaults come from SamplingParams alone, never from the model's
         # generation_config (the trainer scores exactly the distribution it asked for)
         kwargs.setdefault("generation_config", "vllm")
+        # log-probs of the distribution sampled from (after temperature, top-k, top-p), which is
+        # what the trainer's importance weights compare against
+        kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -216,6 +268,7 @@ class VLLMEngine:
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             max_tokens=sampling.max_tokens,
+            logprobs=0,  # the sampled token's own log-prob
             stop_token_ids=[self.stop_id],  # no per-request seed: vLLM's CPU build cannot offset it
             skip_special_tokens=False,  # keep <tool_call> markers in the text the loop parses
         )
@@ -227,11 +280,16 @@ class VLLMEngine:
             comps = []
             for c in o.outputs:
                 toks = list(c.token_ids)
+                steps = c.logprobs or []
+                lps = [
+                    steps[j][t].logprob if j < len(steps) and t in (steps[j] or {}) else math.nan
+                    for j, t in enumerate(toks)
+                ]
                 if c.finish_reason == "stop" and (not toks or toks[-1] != self.stop_id):
                     toks.append(self.stop_id)
-                comps.append(
-                    Completion(toks, c.text, "stop" if c.finish_reason == "stop" else "length")
-                )
+                    lps.append(math.nan)  # not reported: the stop token was not returned
+                reason = "stop" if c.finish_reason == "stop" else "length"
+                comps.append(Completion(toks, c.text, reason, lps))
             result.append(comps)
         return result
 

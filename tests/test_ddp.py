@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from trainer.train import TrainConfig, update
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _batch():
@@ -134,3 +138,46 @@ def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2  # one logger (rank 0)
     assert (out / "checkpoint-latest/trainer_state.pt").exists()
+
+
+ONE_RANK_WITHOUT_SIGNAL = """
+import os, sys
+from pipeline.rollout.agent import AgentConfig
+from trainer.train import TrainConfig, train
+model, out = sys.argv[1:3]
+rank = int(os.environ["RANK"])
+prompts = [{"question_id": f"q{i}", "question": f"Say {i}."} for i in range(8)]
+agent = AgentConfig(max_turns=1, max_response_tokens=6, sandbox_workers=0)
+cfg = TrainConfig(model=model, out=out, steps=3, prompts_per_step=2, group_size=4, max_tokens=6,
+                  agent=agent, rollout_backend="transformers", dynamic_sampling=True,
+                  dynamic_sampling_on="reward", max_gen_batches=2, minibatches=2, grad_accum=2,
+                  entropy_band=(50.0, 60.0), lr=1e-2, use_overlong=False)
+# rank 0 only ever sees groups with one reward (all dropped); rank 1 sees signal
+reward = (lambda e, q: 0.5) if rank == 0 else (lambda e, q: float(e.sample % 2))
+with open(f"{out}-steps-{rank}.txt", "w") as f:
+    for h in train(cfg, prompts, reward):
+        f.write(f"{h['step']} {h.get('zero_var_frac')} {h.get('ent_coef')}\\n")
+"""
+
+
+def test_a_rank_with_only_zero_variance_groups_joins_every_collective(tiny_model, tmp_path):
+    """Rank 0's groups are all dropped by dynamic sampling, rank 1's are kept: both finish
+    (once rank 0 skipped the update and rank 1 waited in all-reduce forever), decide the same
+    entropy-band coefficient, and the logged metrics are over both ranks."""
+    import subprocess
+    import sys
+
+    out, script = tmp_path / "run", tmp_path / "one_rank_without_signal.py"
+    script.write_text(ONE_RANK_WITHOUT_SIGNAL)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_port", str(29900 + os.getpid() % 90), str(script), tiny_model, str(out),
+    ]  # fmt: skip
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    ranks = [Path(f"{out}-steps-{r}.txt").read_text().splitlines() for r in (0, 1)]
+    assert len(ranks[0]) == 3 and ranks[0] == ranks[1]  # same steps, zero-var frac, ent_coef
+    assert float(ranks[0][-1].split()[2]) > 0  # the band raised the bonus, on both alike
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(0.4 < r["zero_var_frac"] < 0.9 for r in rows)  # both ranks
+    assert all(r["reward_std"] > 0 for r in rows)

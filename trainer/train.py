@@ -92,6 +92,7 @@ class TrainConfig:
     # autocast dtype of every forward (pi_old, pi_ref and the update alike, so the ratio is
     # exactly 1 on-policy): auto = bf16 on CUDA, none on CPU | bf16 | none
     autocast: str = "auto"
+    vllm_gpu_memory: float = 0.5  # each rank's colocated vLLM engine: its share of its GPU
 
 
 RewardFn = Callable[[Episode, dict], float]
@@ -335,7 +336,16 @@ def update(
     opt.zero_grad()
     metrics = []
     device_type = "cuda" if ids.is_cuda else "cpu"
-    for micro in torch.arange(len(ids)).chunk(config.grad_accum):
+    for micro in torch.arange(len(ids)).tensor_split(config.grad_accum):
+        if micro.numel() == 0:  # this rank has fewer rows than micro-batches: it still joins
+            with autocast(config, device_type):  # DDP's all-reduce, with a loss that weighs 0
+                logp, _ = token_logprobs(
+                    model,
+                    torch.zeros(1, 2, dtype=torch.long, device=ids.device),
+                    torch.ones(1, 2, dtype=torch.long, device=ids.device),
+                )
+            (logp.sum() * 0.0).backward()
+            continue
         with autocast(config, device_type):
             logp, ent = token_logprobs(
                 model,
@@ -411,18 +421,24 @@ def train(
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    world, rank = _init_distributed(device)
+    if device == "cuda":  # one GPU per rank (torchrun's LOCAL_RANK)
+        import os
+
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device = f"cuda:{local_rank}"
     src = str(latest) if resume else config.model
     tokenizer = AutoTokenizer.from_pretrained(src)
     model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device)
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
-    world, rank = _init_distributed(device)
     trained = model
     if world > 1:  # torchrun: each rank samples its own prompts; gradients are all-reduced
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        trained = DDP(model)
+        trained = DDP(model, device_ids=[torch.device(device).index] if "cuda" in device else None)
     ref = None
     if config.beta > 0:
         ref = (
@@ -458,7 +474,7 @@ def train(
     if backend == "vllm":
         from pipeline.rollout.engines import VLLMEngine, push_weights
 
-        engine = VLLMEngine(src, gpu_memory_utilization=0.5, max_model_len=2048)
+        engine = VLLMEngine(src, gpu_memory_utilization=config.vllm_gpu_memory, max_model_len=2048)
         push_weights(engine, model)
     writer = _tensorboard(out)
     history = []
@@ -504,24 +520,35 @@ def train(
                         if config.dynamic_sampling:
                             continue
                     groups.append((q, ge, r, acc))
-            if not groups:
+            # every rank takes the same decision: skip only when no rank has a group
+            if _global_sum(len(groups), world) == 0:
                 history.append(
                     m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
                 )
                 continue
-            rewards = torch.stack([g[2] for g in groups])  # [G, K]
+            rewards = (
+                torch.stack([g[2] for g in groups]) if groups else torch.zeros(0, config.group_size)
+            )  # [G, K]
             adv = group_advantages(rewards, unbiased=config.adv_std_unbiased).flatten()  # [G*K]
             episodes = [e for g in groups for e in g[1]]
-            ids, attn, mask = _batch(episodes, pad)
+            # a rank whose groups were all dropped still runs the update (its minibatches are
+            # empty, so it joins every collective with a loss that weighs 0)
+            ids, attn, mask = _batch(episodes, pad) if episodes else _no_rows()
             ids, attn, mask = ids.to(device), attn.to(device), mask.to(device)
             with torch.no_grad():
-                keep = ids.shape[1] - min(
-                    len(e.prompt_ids) for e in episodes
+                keep = (
+                    ids.shape[1] - min(len(e.prompt_ids) for e in episodes) if episodes else None
                 )  # response positions only
                 lp = dict(keep=keep, temperature=config.temperature, chunk=config.logprob_chunk)
-                with autocast(config, ids.device.type):  # the update's precision
-                    old_logp, _ = token_logprobs(model, ids, attn, **lp)  # pi_old, by the trainer
-                    ref_logp = token_logprobs(ref, ids, attn, **lp)[0] if ref is not None else None
+                if episodes:
+                    with autocast(config, ids.device.type):  # the update's precision
+                        old_logp, _ = token_logprobs(model, ids, attn, **lp)  # pi_old (trainer)
+                        ref_logp = (
+                            token_logprobs(ref, ids, attn, **lp)[0] if ref is not None else None
+                        )
+                else:
+                    old_logp = torch.zeros(0, 1, device=device)
+                    ref_logp = torch.zeros(0, 1, device=device) if ref is not None else None
             # sampler vs trainer: the engine's own log-probs of what it sampled against pi_old
             weights, mm = mismatch(
                 old_logp, _engine_logprobs(episodes, ids.shape[1]).to(device), mask, config.tis_cap
@@ -532,7 +559,7 @@ def train(
             # ---- update ----------------------------------------------------------------------
             order = torch.randperm(len(episodes))
             mb_metrics = []
-            for mb in order.chunk(config.minibatches):
+            for mb in order.tensor_split(config.minibatches):  # the same count on every rank
                 mb_metrics += update(
                     trained,
                     opt,
@@ -554,39 +581,64 @@ def train(
                 engine is not policy
             ):  # the colocated engine samples the next step from the new weights
                 push_weights(engine, model)
-            entropy = float(np.mean([x["entropy"] for x in mb_metrics]))
-            ent_coef, beta = band_adjust(config, entropy, ent_coef, beta)
             dt = time.perf_counter() - t0
             n_tok = sum(len(e.response_ids) for e in episodes)
+            r = rewards.flatten()
+            n_mb = len(mb_metrics)
+            # (sum, count) on this rank -> means over all ranks: every rank logs and decides
+            # (the entropy band) on the same global numbers
+            g = _global_means(
+                {
+                    "reward_mean": (r.sum().item(), r.numel()),
+                    "_reward_sq": ((r**2).sum().item(), r.numel()),
+                    "accuracy": (sum(a for g_ in groups for a in g_[3]), r.numel()),
+                    "entropy": (sum(x["entropy"] for x in mb_metrics), n_mb),
+                    "clip_frac_low": (sum(x["clip_frac_low"] for x in mb_metrics), n_mb),
+                    "clip_frac_high": (sum(x["clip_frac_high"] for x in mb_metrics), n_mb),
+                    "approx_kl": (sum(x["approx_kl"] for x in mb_metrics), n_mb),
+                    "ratio_first": (mb_metrics[0]["ratio_mean"], 1) if mb_metrics else (0.0, 0),
+                    "response_len": (n_tok, len(episodes)),
+                    "tool_calls": (sum(e.tool_calls for e in episodes), len(episodes)),
+                    "tool_errors": (sum(e.tool_errors for e in episodes), len(episodes)),
+                    "overlong_frac": (
+                        sum(policy_tokens(e) > config.l_max - config.l_cache for e in episodes),
+                        len(episodes),
+                    ),
+                    "zero_var_frac": (zero_var, zero_var + len(groups)),
+                    "logp_mismatch_mean": (
+                        mm["logp_mismatch_mean"] or 0.0,
+                        int(mm["logp_mismatch_mean"] is not None),
+                    ),
+                    "tis_weight_mean": (
+                        mm["tis_weight_mean"] or 0.0,
+                        int(mm["tis_weight_mean"] is not None),
+                    ),
+                    "logp_reported_frac": (mm["logp_reported_frac"], int(bool(episodes))),
+                    "_tokens": (n_tok, 1),
+                },
+                world,
+            )
+            g["logp_mismatch_max"] = _global_max(mm["logp_mismatch_max"], world)
+            mean_r, mean_r2 = g.pop("reward_mean"), g.pop("_reward_sq")
+            tokens = g.pop("_tokens") * world
+            entropy = g["entropy"]
+            ent_coef, beta = band_adjust(config, entropy, ent_coef, beta)
             m = {
                 "step": step + 1,
-                "reward_mean": rewards.mean().item(),
-                "reward_std": rewards.std(unbiased=False).item(),
-                "accuracy": float(np.mean([a for g in groups for a in g[3]])),
-                "entropy": entropy,
-                "clip_frac_low": float(np.mean([x["clip_frac_low"] for x in mb_metrics])),
-                "clip_frac_high": float(np.mean([x["clip_frac_high"] for x in mb_metrics])),
-                "approx_kl": float(np.mean([x["approx_kl"] for x in mb_metrics])),
-                "ratio_first": mb_metrics[0]["ratio_mean"],  # on-policy: exactly 1
-                **mm,
+                "reward_mean": mean_r,
+                "reward_std": math.sqrt(max(0.0, mean_r2 - mean_r**2)),
+                **g,
                 "tis": use_tis,
-                "response_len": n_tok / len(episodes),
-                "tool_calls": float(np.mean([e.tool_calls for e in episodes])),
-                "tool_errors": float(np.mean([e.tool_errors for e in episodes])),
-                "overlong_frac": float(
-                    np.mean([policy_tokens(e) > config.l_max - config.l_cache for e in episodes])
-                ),
-                "zero_var_frac": zero_var / max(1, zero_var + len(groups)),
                 "eps_high": eps_high,
                 "ent_coef": ent_coef,
                 "beta": beta,
                 "lr": sched.get_last_lr()[0],
                 "step_time": dt,
-                "tokens_per_s": n_tok / dt,
+                "tokens_per_s": tokens / dt,  # all ranks
             }
             m["warnings"] = _warnings(m, history, tokenizer)
             history.append(m)
-            if rank == 0:  # one logger: rank 0's metrics (its share of the batch)
+            if rank == 0:  # one logger; the metrics are already reduced over the ranks
                 with open(out / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(m) + "\n")
             if writer is not None and rank == 0:
@@ -628,6 +680,47 @@ def train(
         dist.barrier()
         dist.destroy_process_group()
     return history
+
+
+def _no_rows() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An empty batch (ids [0, 2]): ``update`` turns each of its micro-batches into a 0 loss."""
+    return (
+        torch.zeros(0, 2, dtype=torch.long),
+        torch.zeros(0, 2, dtype=torch.long),
+        torch.zeros(0, 1),
+    )
+
+
+def _global_sum(x: float, world: int) -> float:
+    if world == 1:
+        return x
+    import torch.distributed as dist
+
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def _global_max(x: float | None, world: int) -> float | None:
+    if world > 1:
+        import torch.distributed as dist
+
+        t = torch.tensor([-1.0 if x is None else float(x)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        x = None if t.item() < 0 else t.item()
+    return x
+
+
+def _global_means(pairs: dict[str, tuple[float, float]], world: int) -> dict[str, float | None]:
+    """{key: sum over ranks of the sums / sum over ranks of the counts}, one all-reduce for
+    all keys (the same keys on every rank); None where no rank counted anything."""
+    keys = sorted(pairs)
+    t = torch.tensor([[float(pairs[k][0]), float(pairs[k][1])] for k in keys], dtype=torch.float64)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(t)
+    return {k: (s / n if n else None) for k, (s, n) in zip(keys, t.tolist(), strict=True)}
 
 
 def _init_distributed(device: str) -> tuple[int, int]:

@@ -481,6 +481,59 @@ def build(
 
 
 @app.command()
+def sft(
+    dataset: Annotated[
+        str, typer.Option(help="A published dataset folder: <lake>/datasets/<name>/v<N>.")
+    ],
+    out: Annotated[
+        str, typer.Option(help="Run folder (checkpoints, metrics.jsonl, sft_curves.png).")
+    ] = "runs/sft",
+    model: Annotated[
+        str | None,
+        typer.Option(help="A local model folder (default: the nano policy, from scratch)."),
+    ] = None,
+    steps: int = 300,
+    batch_size: int = 32,
+    lr: Annotated[
+        float | None, typer.Option(help="Default 3e-3 for the nano policy, 1e-5 for a model.")
+    ] = None,
+    max_turns: int = 4,
+    tools: str = "python",
+) -> None:
+    """Supervised fine-tuning on a dataset's SFT split: the policy RL starts from."""
+    from flows.sft import sft_flow
+
+    if not (Path(dataset) / "sft").is_dir():
+        raise typer.BadParameter(
+            f"{dataset} has no sft/ shards (build one with `flow build`)", param_hint="--dataset"
+        )
+    if tools not in ("python", "none"):
+        raise typer.BadParameter("python | none", param_hint="--tools")
+    try:
+        res = sft_flow(
+            dataset=dataset,
+            out=out,
+            model=model,
+            steps=steps,
+            batch_size=batch_size,
+            lr=lr,
+            max_turns=max_turns,
+            tools=tools,
+        )
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    first, last = res["first"], res["last"]
+    if last is None:
+        console.print(f"nothing to do: {esc(out)} already has {steps} steps")
+        return
+    console.print(
+        f"SFT {res['steps']} steps: loss {first['loss']:.4f} -> {last['loss']:.4f}; "
+        f"policy: {esc(out)}/checkpoint-latest; curve: {esc(out)}/sft_curves.png"
+    )
+
+
+@app.command()
 def train(
     dataset: Annotated[
         str, typer.Option(help="A published dataset folder: <lake>/datasets/<name>/v<N>.")

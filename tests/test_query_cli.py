@@ -160,6 +160,14 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     assert again.output.count("Cached") == 4  # validate, dedup, label, build: no stage work
     assert "dataset=demo v1 (unchanged)" in again.output  # nothing new: no new version
     assert not (tmp_path / "data/lake/datasets/demo/v2").exists()
+    # flow sft on the published dataset's SFT split: the nano policy from scratch
+    res = runner.invoke(
+        app, ["sft", "--dataset", "data/lake/datasets/demo/v1", "--out", "sft", "--steps", "3"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "SFT 3 steps: loss" in flat(res.output) and (tmp_path / "sft/sft_curves.png").exists()
+    rows = [json.loads(x) for x in (tmp_path / "sft/metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and rows[0]["examples"] > 10 and not rows[0]["skipped"]
     # the pipeline ends in training: flow train on the published dataset, resumable, evaluated
     args = [
         "train",

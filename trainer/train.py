@@ -26,6 +26,14 @@ import torch
 from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.sandbox import Sandbox
+from trainer.checkpoint import (
+    plot,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    tensorboard,
+    truncate_metrics,
+)
 from trainer.loss import group_advantages, grpo_tcr_loss
 from trainer.rewards import format_reward, outcome, overlong, tool_bonus, tool_bonus_paper
 
@@ -96,6 +104,7 @@ class TrainConfig:
 
 
 RewardFn = Callable[[Episode, dict], float]
+CURVES = ("reward_mean", "accuracy", "entropy", "clip_frac_high", "approx_kl", "response_len")
 
 
 def policy_tokens(e: Episode) -> int:
@@ -383,27 +392,6 @@ def _lr_lambda(warmup: int):
     return lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
 
 
-def _rng_state() -> dict:
-    """Plain ints, lists and tensors only, so the checkpoint loads with ``weights_only=True``
-    (no pickle of arbitrary objects when resuming from a folder someone else wrote)."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def _set_rng_state(s: dict) -> None:
-    random.setstate(s["python"])
-    name, keys, pos, has_gauss, gauss = s["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(s["torch"])
-    if s.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
-
-
 def train(
     config: TrainConfig,
     prompts: list[dict] | None = None,
@@ -455,11 +443,11 @@ def train(
         state = torch.load(latest / "trainer_state.pt", weights_only=True)
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
-        _set_rng_state(state["rng"])
+        set_rng_state(state["rng"])
         stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
         beta = state.get("beta", beta)
         if rank == 0:
-            _truncate_metrics(out / "metrics.jsonl", start)
+            truncate_metrics(out / "metrics.jsonl", start)
     reward_fn = reward_fn or default_reward(config)
     policy = TransformersEngine.from_model(model, tokenizer)  # samples the policy being trained
     pad = policy.pad_id
@@ -476,7 +464,7 @@ def train(
 
         engine = VLLMEngine(src, gpu_memory_utilization=config.vllm_gpu_memory, max_model_len=2048)
         push_weights(engine, model)
-    writer = _tensorboard(out)
+    writer = tensorboard(out)
     history = []
     # tools run in warm isolated interpreters kept for the whole run (max_turns 1: no tools)
     sandbox = (
@@ -667,7 +655,7 @@ def train(
             config,
             beta,
         )
-        _plot(out)
+        plot(out, CURVES)
     if world > 1:
         import gc
 
@@ -759,86 +747,14 @@ def _checkpoint(
     config: TrainConfig,
     beta: float = 0.0,
 ) -> None:
-    """Write ``checkpoint-<step>`` under a temporary name, rename it into place, then point the
-    ``checkpoint-latest`` symlink at it with one atomic replace; older checkpoints go last. A
-    kill at any moment leaves ``checkpoint-latest`` pointing at a complete checkpoint."""
-    import os
-    import shutil
-
-    final = latest.with_name(f"checkpoint-{step}")
-    tmp = latest.with_name(f".checkpoint-{step}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    torch.save(
-        {
-            "optimizer": opt.state_dict(),
-            "scheduler": sched.state_dict(),
-            "rng": _rng_state(),
-            "cursor": stream.cursor,
-            "step": step,
-            "ent_coef": ent_coef,
-            "beta": beta,
-            "config": asdict(config),
-        },
-        tmp / "trainer_state.pt",
-    )
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    if latest.exists() and not latest.is_symlink():  # a run from before checkpoint-<step>
-        latest.rename(latest.with_name(f"checkpoint-old-{os.getpid()}"))
-    link = latest.with_name(".checkpoint-latest.tmp")
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(final.name)
-    os.replace(link, latest)  # atomic: the old or the new checkpoint, never none
-    for old in latest.parent.glob("checkpoint-*"):
-        if old.name not in (final.name, latest.name) and old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop the metrics of steps after the checkpoint being resumed: they are run again (a kill
-    between a step's log line and its checkpoint would otherwise log that step twice)."""
-    import os
-
-    if not path.exists():
-        return
-    keep = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(x + "\n" for x in keep))
-    os.replace(tmp, path)
-
-
-def _tensorboard(out: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(str(out / "tb"))
-
-
-def _plot(out: Path) -> None:
-    path = out / "metrics.jsonl"
-    if not path.exists():
-        return
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if "reward_mean" in r]
-    if not rows:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = ["reward_mean", "accuracy", "entropy", "clip_frac_high", "approx_kl", "response_len"]
-    fig, axes = plt.subplots(2, 3, figsize=(12, 6))
-    for ax, k in zip(axes.flat, keys, strict=True):
-        ax.plot([r["step"] for r in rows], [r[k] for r in rows])
-        ax.set_title(k)
-    fig.tight_layout()
-    fig.savefig(out / "curves.png", dpi=90)
-    plt.close(fig)
+    state = {
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": rng_state(),
+        "cursor": stream.cursor,
+        "step": step,
+        "ent_coef": ent_coef,
+        "beta": beta,
+        "config": asdict(config),
+    }
+    save_checkpoint(latest, model, tokenizer, state, step)

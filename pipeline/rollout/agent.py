@@ -169,19 +169,27 @@ def start_episodes(
 ) -> list[Episode]:
     episodes = []
     for qid, question in questions:
-        messages = (
-            [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
-        )
-        messages.append({"role": "user", "content": question})
-        prompt = tokenizer.apply_chat_template(
-            messages,
-            tools=[PYTHON_TOOL] if config.declare_tools else None,
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-        ids = tokenizer(prompt, add_special_tokens=False).input_ids
+        ids = prompt_ids(tokenizer, question, config)
+        messages = _head(question, config)
         episodes += [Episode(qid, s, ids, messages=list(messages)) for s in range(k)]
     return episodes
+
+
+def _head(question: str, config: AgentConfig) -> list[dict]:
+    messages = [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
+    return [*messages, {"role": "user", "content": question}]
+
+
+def prompt_ids(tokenizer, question: str, config: AgentConfig) -> list[int]:
+    """The episode's prompt: system prompt, tool declaration and question, as the chat template
+    renders them with the generation prompt."""
+    prompt = tokenizer.apply_chat_template(
+        _head(question, config),
+        tools=[PYTHON_TOOL] if config.declare_tools else None,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    return tokenizer(prompt, add_special_tokens=False).input_ids
 
 
 def run_episodes(

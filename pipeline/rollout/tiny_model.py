@@ -48,9 +48,12 @@ def build_tiny_model(
     kv_heads: int = 2,
     vocab: int = 400,
     seed: int = 0,
+    corpus: list[str] | None = None,
+    split_digits: bool = False,
 ) -> Path:
     """Write a random Qwen2 (head_dim = hidden/heads >= 32 for vLLM's CPU kernels) and its
-    tokenizer under ``out``; returns the folder."""
+    tokenizer under ``out``; returns the folder. ``corpus``: texts to train the BPE on (the
+    nano policy's own task texts give short sequences); default a small built-in one."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -58,7 +61,14 @@ def build_tiny_model(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # split_digits: one token per digit, as Qwen's and Llama's tokenizers do (numbers are then
+    # copied digit by digit, which a tiny model learns far sooner than a token per number)
+    tok.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab,
@@ -66,7 +76,7 @@ def build_tiny_model(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS * 20, trainer)
+    tok.train_from_iterator(corpus or CORPUS * 20, trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

@@ -1,0 +1,110 @@
+"""Checkpoints shared by the GRPO and SFT trainers: ``checkpoint-<step>`` written under a
+temporary name and renamed, ``checkpoint-latest`` a symlink replaced atomically, RNG states as
+plain tensors and lists (``weights_only=True`` loads them), metrics and curves."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def save_checkpoint(latest: Path, model, tokenizer, state: dict, step: int) -> None:
+    """Write ``checkpoint-<step>`` under a temporary name, rename it into place, then point the
+    ``checkpoint-latest`` symlink at it with one atomic replace; older checkpoints go last. A
+    kill at any moment leaves ``checkpoint-latest`` pointing at a complete checkpoint."""
+    final = latest.with_name(f"checkpoint-{step}")
+    tmp = latest.with_name(f".checkpoint-{step}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save(state, tmp / "trainer_state.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    if latest.exists() and not latest.is_symlink():  # a run from before checkpoint-<step>
+        latest.rename(latest.with_name(f"checkpoint-old-{os.getpid()}"))
+    link = latest.with_name(".checkpoint-latest.tmp")
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(final.name)
+    os.replace(link, latest)  # atomic: the old or the new checkpoint, never none
+    for old in latest.parent.glob("checkpoint-*"):
+        if old.name not in (final.name, latest.name) and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def rng_state() -> dict:
+    """Plain ints, lists and tensors only, so the checkpoint loads with ``weights_only=True``
+    (no pickle of arbitrary objects when resuming from a folder someone else wrote)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(s: dict) -> None:
+    random.setstate(s["python"])
+    name, keys, pos, has_gauss, gauss = s["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(s["torch"])
+    if s.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Drop the metrics of steps after the checkpoint being resumed: they are run again (a kill
+    between a step's log line and its checkpoint would otherwise log that step twice)."""
+    if not path.exists():
+        return
+    keep = [x for x in path.read_text().splitlines() if x.strip() and json.loads(x)["step"] <= step]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(x + "\n" for x in keep))
+    os.replace(tmp, path)
+
+
+def tensorboard(out: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(out / "tb"))
+
+
+def plot(out: Path, keys: tuple[str, ...], name: str = "curves.png") -> None:
+    """``out/name``: one panel per key of ``out/metrics.jsonl`` over the steps."""
+    path = out / "metrics.jsonl"
+    if not path.exists():
+        return
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if all(r.get(k) is not None for k in keys)]
+    if not rows:
+        return
+    cols = min(3, len(keys))
+    fig, axes = plt.subplots(
+        (len(keys) + cols - 1) // cols,
+        cols,
+        figsize=(4 * cols, 3 * ((len(keys) + cols - 1) // cols)),
+        squeeze=False,
+    )
+    for ax, k in zip(axes.flat, keys, strict=False):
+        ax.plot([r["step"] for r in rows], [r[k] for r in rows])
+        ax.set_title(k)
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,254 @@
+"""Supervised fine-tuning on a dataset's SFT split (cleanrl-style: one config, one loop).
+
+Each trajectory is rendered by ``pipeline.rollout.render``, the code path of the agent loop,
+so SFT trains on exactly the ids RL samples and scores; the loss is on the policy's own tokens
+only (system, question, tool results and template tokens are masked). Batches are length
+buckets (sorted by length, cut into batches, the batch order shuffled per epoch with the seed),
+so padding stays small. Starts from a local model folder, or from the nano policy: a small Qwen2
+built from scratch with a byte-level BPE trained on the SFT texts themselves. Checkpoints hold
+model, optimizer, scheduler, RNG states and the batch cursor; a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.rollout.agent import AgentConfig, ToolMessageRenderer
+from pipeline.rollout.render import NotAgentShaped, render, turn_text
+from trainer.checkpoint import (
+    plot,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+    tensorboard,
+    truncate_metrics,
+)
+
+CURVES = ("loss", "tokens", "lr")
+
+
+@dataclass
+class SFTTrainConfig:
+    out: str  # run folder: checkpoints, metrics.jsonl, sft_curves.png
+    model: str | None = None  # a local model folder; None: the nano policy, built from scratch
+    dataset: str | None = None  # datasets/<name>/v<N> (its sft/ shards); or pass rows directly
+    steps: int = 300
+    batch_size: int = 32
+    lr: float | None = None  # default: 3e-3 for the nano policy, 1e-5 for a given model
+    warmup_steps: int = 10
+    # cosine (to 10% at ``steps``; a rerun with the same ``steps`` resumes exactly) | constant
+    # after warmup (a rerun with more steps continues exactly)
+    schedule: str = "cosine"
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    max_length: int = 2048  # longer trajectories are left out (counted), never cut
+    agent: AgentConfig = field(default_factory=AgentConfig)  # the prompt and tool rendering
+    seed: int = 0
+    checkpoint_every: int = 0  # 0: only at the end
+    # the nano policy (model=None): Qwen2 dimensions and the BPE vocabulary size
+    nano: dict = field(
+        default_factory=lambda: {
+            "hidden": 128,
+            "layers": 2,
+            "heads": 4,
+            "kv_heads": 2,
+            "vocab": 400,
+        }
+    )
+
+
+def load_rows(dataset: str) -> list[dict]:
+    import pyarrow.dataset as pads
+
+    return pads.dataset(str(Path(dataset) / "sft"), format="parquet").to_table().to_pylist()
+
+
+def examples(tokenizer, rows: list[dict], config: SFTTrainConfig) -> tuple[list[dict], dict]:
+    """(examples {ids, labels}, counts of rows left out by reason)."""
+    renderer = ToolMessageRenderer(tokenizer)
+    out, skipped = [], {}
+    for r in rows:
+        try:
+            prompt, resp, mask = render(tokenizer, r["messages"], config.agent, renderer)
+        except NotAgentShaped:
+            skipped["not_agent_shaped"] = skipped.get("not_agent_shaped", 0) + 1
+            continue
+        if len(prompt) + len(resp) > config.max_length:
+            skipped["too_long"] = skipped.get("too_long", 0) + 1
+            continue
+        labels = [-100] * len(prompt) + [t if m else -100 for t, m in zip(resp, mask, strict=True)]
+        out.append({"ids": prompt + resp, "labels": labels})
+    return out, skipped
+
+
+def buckets(n_examples: list[int], batch_size: int) -> list[list[int]]:
+    """Batches of example indices of similar length (lengths given in example order)."""
+    order = sorted(range(len(n_examples)), key=lambda i: (n_examples[i], i))
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+class Batches:
+    """Length buckets in a seeded, per-epoch shuffled order, with a resumable cursor."""
+
+    def __init__(self, batches: list[list[int]], seed: int):
+        self.batches, self.seed, self.cursor = batches, seed, 0
+
+    def next(self) -> list[int]:
+        epoch, pos = divmod(self.cursor, len(self.batches))
+        order = list(range(len(self.batches)))
+        random.Random(self.seed + epoch).shuffle(order)
+        self.cursor += 1
+        return self.batches[order[pos]]
+
+
+def collate(items: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ids [B, T], attention [B, T], labels [B, T] (-100: no loss), right-padded."""
+    width = max(len(x["ids"]) for x in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), -100, dtype=torch.long)
+    for i, x in enumerate(items):
+        n = len(x["ids"])
+        ids[i, :n], attn[i, :n], labels[i, :n] = (
+            torch.tensor(x["ids"]),
+            1,
+            torch.tensor(x["labels"]),
+        )
+    return ids, attn, labels
+
+
+def sft_loss(model, ids, attn, labels) -> tuple[torch.Tensor, int]:
+    """Token-mean cross-entropy over the policy's own tokens: L = -sum_t m_t log p(y_t) / sum_t m_t."""
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [B, T-1, V]
+    target = labels[:, 1:]  # [B, T-1]
+    n = int((target != -100).sum())
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum"
+    )
+    return loss / max(1, n), n
+
+
+def nano_policy(out: Path, rows: list[dict], config: SFTTrainConfig) -> Path:
+    """A from-scratch Qwen2 and a BPE trained on the SFT texts (questions, turns, tool results)."""
+    from pipeline.rollout.tiny_model import CORPUS, build_tiny_model
+
+    texts = list(CORPUS)
+    for r in rows[:5000]:
+        for m in r["messages"]:
+            texts.append(turn_text(m) if m["role"] == "assistant" else m.get("content") or "")
+    n = config.nano
+    return build_tiny_model(
+        out,
+        hidden=n["hidden"],
+        layers=n["layers"],
+        heads=n["heads"],
+        kv_heads=n["kv_heads"],
+        vocab=n["vocab"],
+        seed=config.seed,
+        corpus=texts,
+        split_digits=True,
+    )
+
+
+def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) -> list[dict]:
+    """Run (or resume) SFT; returns the metrics of the steps run now."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    latest = out / "checkpoint-latest"
+    resume = (latest / "trainer_state.pt").exists()
+    random.seed(config.seed)
+    np.random.seed(config.seed)
+    torch.manual_seed(config.seed)
+    rows = rows if rows is not None else load_rows(config.dataset)
+    if not rows:
+        raise ValueError("no SFT rows: the dataset's sft/ split is empty (see its manifest)")
+    base = config.model
+    if base is None and not resume:
+        base = str(nano_policy(out / "nano-init", rows, config))
+    src = str(latest) if resume else base
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device)
+    model.train()
+    data, skipped = examples(tokenizer, rows, config)
+    if not data:
+        raise ValueError(f"no trajectory can be rendered for SFT: {skipped}")
+    lr = config.lr if config.lr is not None else (3e-3 if config.model is None else 1e-5)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=config.weight_decay)
+    warm = max(1, config.warmup_steps)
+    if config.schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule must be constant or cosine, not {config.schedule!r}")
+
+    def factor(s: int) -> float:  # linear warmup, then constant or cosine to 10%
+        if config.schedule == "constant":
+            return min(1.0, (s + 1) / warm)
+        decay = 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, config.steps))))
+        return min(1.0, (s + 1) / warm) * (0.1 + 0.9 * decay)
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    stream = Batches(buckets([len(x["ids"]) for x in data], config.batch_size), config.seed)
+    start = 0
+    if resume:
+        state = torch.load(latest / "trainer_state.pt", weights_only=True)
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        stream.cursor, start = state["cursor"], state["step"]
+        truncate_metrics(out / "metrics.jsonl", start)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    writer = tensorboard(out)
+    history = []
+    for step in range(start, config.steps):
+        t0 = time.perf_counter()
+        ids, attn, labels = collate([data[i] for i in stream.next()], pad)
+        loss, n = sft_loss(model, ids.to(device), attn.to(device), labels.to(device))
+        opt.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        opt.step()
+        sched.step()
+        m = {
+            "step": step + 1,
+            "loss": loss.item(),
+            "tokens": n,
+            "grad_norm": float(grad_norm),
+            "lr": sched.get_last_lr()[0],
+            "step_time": time.perf_counter() - t0,
+            "examples": len(data),
+            "skipped": skipped,
+        }
+        history.append(m)
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+        if writer is not None:
+            for k in ("loss", "grad_norm", "lr"):
+                writer.add_scalar(k, m[k], step + 1)
+        if on_step:
+            on_step(m)
+        if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+            _save(latest, model, tokenizer, opt, sched, stream, step + 1, config)
+    _save(latest, model, tokenizer, opt, sched, stream, config.steps if history else start, config)
+    plot(out, CURVES, "sft_curves.png")
+    return history
+
+
+def _save(latest, model, tokenizer, opt, sched, stream, step, config) -> None:
+    state = {
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": rng_state(),
+        "cursor": stream.cursor,
+        "step": step,
+        "config": asdict(config),
+    }
+    save_checkpoint(latest, model, tokenizer, state, step)

@@ -595,6 +595,8 @@ def train(
         max_turns=max_turns,
         rollout_backend=rollout_backend,
         tools=tools,
+        lake=resolve_root(lake) if eval_set else None,
+        eval_set=eval_set,
     )
     console.print(
         f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
@@ -628,9 +630,14 @@ def eval_(
     limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = 50,
     backend: str = "auto",
     max_tokens: int = 512,
+    stage: Annotated[
+        str, typer.Option(help="What MODEL is (sft, grpo, base...), kept in the evals table.")
+    ] = "model",
 ) -> None:
-    """average@k, maj@k and pass@k of MODEL on an evaluation set, through the agent loop."""
-    from pipeline.evaluate import evaluate
+    """average@k, maj@k and pass@k of MODEL on an evaluation set, through the agent loop; the
+    result is kept in the lake's evals table (`flow query "SELECT * FROM evals"`)."""
+    from pipeline.evaluate import evaluate, record
+    from pipeline.lake import Lake
     from pipeline.rollout.engines import Sampling, make_engine
 
     qs = eval_questions(lake, eval_set, limit)
@@ -641,6 +648,7 @@ def eval_(
         make_engine(model, backend), qs, k=k, sampling=Sampling(max_tokens=max_tokens)
     )
     print_rows([result])
+    record(Lake(resolve_root(lake)), result, model, stage, eval_set)
 
 
 @app.command()

@@ -44,6 +44,8 @@ def train_flow(
     max_turns: int = 4,
     rollout_backend: str = "auto",
     tools: str = "python",
+    lake: str | None = None,
+    eval_set: str | None = None,
 ) -> dict:
     """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``; with
     held-out ``eval_questions``, average@k / maj@k / pass@k before and after training."""
@@ -66,6 +68,12 @@ def train_flow(
         if eval_questions
         else None
     )
+    if lake and eval_set and before is not None:  # kept in the lake's evals table
+        from pipeline.evaluate import record
+        from pipeline.lake import Lake
+
+        record(Lake(lake), before, model, "sft", eval_set)
+        record(Lake(lake), after, f"{out}/checkpoint-latest", "grpo", eval_set)
     done = [h for h in history if "reward_mean" in h]
     lines = [
         "# Training",

@@ -1,16 +1,54 @@
 """Evaluation through the same agent loop: average@k, maj@k and pass@k on a question set.
 
 average@k: mean correctness over all k samples; pass@k: questions with at least one correct
-sample; maj@k: the most frequent extracted answer (ties: first seen) is correct.
+sample; maj@k: the most frequent extracted answer (ties: first seen) is correct. ``record``
+keeps each result in the lake's ``evals`` table (model, stage, eval set, metric, value, n, k),
+so ``flow query "SELECT * FROM evals"`` compares checkpoints across runs.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from datetime import UTC, datetime
 
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling
 from pipeline.verify import verify
+
+
+def record(
+    lake, result: dict, model: str, stage: str, eval_set: str, now: datetime | None = None
+) -> str:
+    """Store an ``evaluate`` result in the lake's ``evals`` table (one row per metric, one part
+    per evaluation); returns the evaluation's id."""
+    import pyarrow as pa
+
+    from schemas import TABLES
+
+    now = now or datetime.now(UTC)
+    eval_id = uuid.uuid4().hex[:16]
+    rows = [
+        {
+            "eval_id": eval_id,
+            "model": model,
+            "stage": stage,
+            "eval_set": eval_set,
+            "metric": metric,
+            "value": float(value),
+            "n": result["questions"],
+            "k": result["k"],
+            "evaluated_at": now,
+        }
+        for metric, value in result.items()
+        if metric not in ("questions", "k")
+    ]
+    lake.write_part(
+        "evals",
+        f"{now:%Y%m%dT%H%M%S}-{eval_id}",
+        pa.Table.from_pylist(rows, schema=TABLES["evals"]),
+    )
+    return eval_id
 
 
 def evaluate(

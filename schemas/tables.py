@@ -236,6 +236,20 @@ ROLLOUTS = pa.schema(
     ]
 )
 
+EVALS = pa.schema(
+    [
+        ("eval_id", pa.string()),  # one evaluation run: every metric row of it shares the id
+        ("model", pa.string()),  # the model folder or checkpoint evaluated
+        ("stage", pa.string()),  # what the model is: sft | grpo | base | ...
+        ("eval_set", pa.string()),
+        ("metric", pa.string()),  # average@k, pass@k, maj@k, tool_calls_per_rollout
+        ("value", pa.float64()),
+        ("n", pa.int64()),  # questions
+        ("k", pa.int64()),  # samples per question
+        ("evaluated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "questions": QUESTIONS,
@@ -248,6 +262,7 @@ TABLES: dict[str, pa.Schema] = {
     "minhash_signatures": SIGNATURES,
     "labels": LABELS,
     "rollouts": ROLLOUTS,
+    "evals": EVALS,
 }
 
 

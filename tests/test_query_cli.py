@@ -198,6 +198,18 @@ def test_flow_run_on_demo_defaults(tmp_path, monkeypatch, tiny_model):
     res = runner.invoke(app, [*ev, "--k", "2", "--max-tokens", "8", "--backend", "transformers"])
     assert res.exit_code == 0, res.output
     assert "pass@2" in res.output and "maj@2" in res.output
+    # every evaluation is kept in the lake: the train run's before/after and this one
+    res = runner.invoke(
+        app,
+        [
+            "query",
+            "SELECT stage, count(DISTINCT eval_id) runs, count(*) n FROM evals GROUP BY 1 ORDER BY 1",
+            "--format",
+            "json",
+        ],
+    )
+    got = {r["stage"]: (r["runs"], r["n"]) for r in json.loads(res.output)}
+    assert got == {"grpo": (1, 4), "model": (1, 4), "sft": (1, 4)}, got
     res = runner.invoke(app, ["eval", "--model", "run/checkpoint-latest", "--eval-set", "it's"])
     assert res.exit_code == 1 and "no questions" in res.output
 

@@ -14,6 +14,17 @@ import numpy as np
 import torch
 
 
+def start_run(out: str, seed: int) -> tuple[Path, Path, bool]:
+    """(run folder, its checkpoint-latest, whether to resume from it); every RNG seeded."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    latest = folder / "checkpoint-latest"
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return folder, latest, (latest / "trainer_state.pt").exists()
+
+
 def save_checkpoint(latest: Path, model, tokenizer, state: dict, step: int) -> None:
     """Write ``checkpoint-<step>`` under a temporary name, rename it into place, then point the
     ``checkpoint-latest`` symlink at it with one atomic replace; older checkpoints go last. A

@@ -18,7 +18,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pipeline.rollout.agent import AgentConfig, ToolMessageRenderer
@@ -28,6 +27,7 @@ from trainer.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    start_run,
     tensorboard,
     truncate_metrics,
 )
@@ -162,13 +162,7 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     """Run (or resume) SFT; returns the metrics of the steps run now."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    latest = out / "checkpoint-latest"
-    resume = (latest / "trainer_state.pt").exists()
-    random.seed(config.seed)
-    np.random.seed(config.seed)
-    torch.manual_seed(config.seed)
+    out, latest, resume = start_run(config.out, config.seed)
     rows = rows if rows is not None else load_rows(config.dataset)
     if not rows:
         raise ValueError("no SFT rows: the dataset's sft/ split is empty (see its manifest)")

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
@@ -31,6 +30,7 @@ from trainer.checkpoint import (
     rng_state,
     save_checkpoint,
     set_rng_state,
+    start_run,
     tensorboard,
     truncate_metrics,
 )
@@ -401,13 +401,7 @@ def train(
     """Run (or resume) training; returns the metrics of the steps run now."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    latest = out / "checkpoint-latest"
-    resume = (latest / "trainer_state.pt").exists()
-    random.seed(config.seed)
-    np.random.seed(config.seed)
-    torch.manual_seed(config.seed)
+    out, latest, resume = start_run(config.out, config.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     world, rank = _init_distributed(device)
     if device == "cuda":  # one GPU per rank (torchrun's LOCAL_RANK)

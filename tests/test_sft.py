@@ -106,3 +106,21 @@ def test_sft_resumes_exactly(tmp_path):
     assert [round(h["loss"], 6) for h in resumed] == [round(h["loss"], 6) for h in straight[3:]]
     lines = (tmp_path / "b/metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4, 5, 6]
+
+
+def test_what_cannot_be_an_episode_is_named_and_a_trailing_result_is_left_out(tiny_model):
+    from pipeline.rollout.render import NotAgentShaped
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    finish = {"id": "c1", "name": "finish", "arguments": '{"answer": "4"}'}
+    done = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "Done.", "tool_calls": [finish]},
+        {"role": "tool", "content": "Episode finished, reward = True", "tool_call_id": "c1"},
+    ]
+    # FireAct ends on the result of its `finish` call: nothing is trained after it
+    assert render(tok, done, NANO_AGENT) == render(tok, done[:2], NANO_AGENT)
+    with pytest.raises(NotAgentShaped, match="user message inside"):
+        render(tok, [*done[:3], {"role": "user", "content": "more?"}, done[1]], NANO_AGENT)
+    with pytest.raises(NotAgentShaped, match="start with the user"):
+        render(tok, done[1:], NANO_AGENT)

@@ -69,6 +69,8 @@ def render(
             results.append(m.get("content") or "")
         else:
             raise NotAgentShaped(f"a {m['role']} message inside the episode")
-    if not ids or results:
-        raise NotAgentShaped("the conversation does not end with the model's answer")
+    if not ids:
+        raise NotAgentShaped("the conversation has no assistant turn")
+    # results after the last assistant turn (FireAct's `finish` call answered with "Episode
+    # finished") are inputs nothing is trained after: left out, the loss is the same
     return prompt, ids, mask

@@ -464,8 +464,10 @@ def build(
         check_name(name)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--name") from None
-    if tool_arguments not in ("dict", "string"):
-        raise typer.BadParameter("dict | string", param_hint="--tool-arguments")
+    from pipeline.exports.config import TOOL_ARGUMENTS
+
+    if tool_arguments not in TOOL_ARGUMENTS:
+        raise typer.BadParameter(" | ".join(TOOL_ARGUMENTS), param_hint="--tool-arguments")
     _upstream(lake, "build")
     with console.status("building…"):
         m = build_flow(
@@ -507,8 +509,10 @@ def sft(
         raise typer.BadParameter(
             f"{dataset} has no sft/ shards (build one with `flow build`)", param_hint="--dataset"
         )
-    if tools not in ("python", "none"):
-        raise typer.BadParameter("python | none", param_hint="--tools")
+    from trainer.train import TOOLS
+
+    if tools not in TOOLS:
+        raise typer.BadParameter(" | ".join(TOOLS), param_hint="--tools")
     try:
         res = sft_flow(
             dataset=dataset,
@@ -571,10 +575,12 @@ def train(
         raise typer.BadParameter(
             f"{dataset} has no rl/ shards (build one with `flow build`)", param_hint="--dataset"
         )
-    if tools not in ("python", "none"):
-        raise typer.BadParameter("python | none", param_hint="--tools")
-    if rollout_backend not in ("auto", "vllm", "transformers"):
-        raise typer.BadParameter("auto | vllm | transformers", param_hint="--rollout-backend")
+    from trainer.train import ROLLOUT_BACKENDS, TOOLS
+
+    if tools not in TOOLS:
+        raise typer.BadParameter(" | ".join(TOOLS), param_hint="--tools")
+    if rollout_backend not in ROLLOUT_BACKENDS:
+        raise typer.BadParameter(" | ".join(ROLLOUT_BACKENDS), param_hint="--rollout-backend")
     if max_turns < 1:
         raise typer.BadParameter("at least 1", param_hint="--max-turns")
     held_out = eval_questions(lake, eval_set, eval_limit) if eval_set else None

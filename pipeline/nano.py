@@ -9,6 +9,7 @@ pipeline, not only that the plumbing runs.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 
@@ -54,7 +55,7 @@ def trajectories(items: list[NanoTask], sandbox: Sandbox) -> list[dict]:
         if not result.ok:
             raise RuntimeError(f"the solver's code failed in the sandbox: {t.code!r}: {result}")
         answer = result.stdout.strip()
-        call = {"id": f"call_{i}", "name": "python", "arguments": f'{{"code": "{t.code}"}}'}
+        call = {"id": f"call_{i}", "name": "python", "arguments": json.dumps({"code": t.code})}
         rows.append(
             {
                 "record_id": f"nano-{i}",

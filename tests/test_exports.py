@@ -28,6 +28,16 @@ from pipeline.validate import ValidateConfig, validate
 from tests.conftest import PINNED
 
 TOOL_CALL = "<tool_call>"
+# TRL on CPU: both default to True in TRL 1.16 (bf16, gradient checkpointing)
+ON_CPU = dict(
+    use_cpu=True,
+    bf16=False,
+    gradient_checkpointing=False,
+    report_to=[],
+    save_strategy="no",
+    logging_steps=1,
+    dataloader_num_workers=0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -126,13 +136,7 @@ def test_trl_sft_trainer_two_steps_assistant_only(demo, tiny_model, tmp_path):
         per_device_train_batch_size=4,
         assistant_only_loss=True,
         max_length=1024,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        dataloader_num_workers=0,
+        **ON_CPU,
     )
     trainer = SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(tiny_model),
@@ -173,13 +177,7 @@ def test_trl_grpo_one_step_with_accuracy_reward(demo, tiny_model, tmp_path):
         per_device_train_batch_size=4,
         num_generations=2,
         max_completion_length=8,
-        use_cpu=True,
-        bf16=False,
-        gradient_checkpointing=False,
-        report_to=[],
-        save_strategy="no",
-        logging_steps=1,
-        dataloader_num_workers=0,
+        **ON_CPU,
     )
     trainer = GRPOTrainer(
         model=tiny_model,

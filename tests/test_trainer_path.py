@@ -134,27 +134,33 @@ def test_the_papers_tool_bonus():
     assert TrainConfig(model="m", out="o").use_tool_bonus is False  # off by default
 
 
-@pytest.mark.parametrize("precision", ["bf16", "none"])
-def test_on_policy_ratio_is_exactly_one_under_autocast(tiny_model, tmp_path, precision):
-    """pi_old is computed under the update's autocast: on-policy, r_t = 1 and KL = 0 (with
-    pi_old in fp32 and the update in bf16, the first ratio was off by the bf16 rounding)."""
+def _one_step(model: str, tmp_path, group_size: int, tokens: int, **kw) -> dict:
+    """One training step of 2 single-turn prompts on transformers rollouts: its metrics."""
     from pipeline.rollout.agent import AgentConfig
     from trainer.train import train
 
     cfg = TrainConfig(
-        model=tiny_model,
+        model=model,
         out=str(tmp_path / "run"),
         steps=1,
         prompts_per_step=2,
-        group_size=2,
-        max_tokens=8,
-        agent=AgentConfig(max_turns=1, max_response_tokens=8, sandbox_workers=0),
+        group_size=group_size,
+        max_tokens=tokens,
+        agent=AgentConfig(max_turns=1, max_response_tokens=tokens, sandbox_workers=0),
         rollout_backend="transformers",
-        autocast=precision,
         use_overlong=False,
+        **kw,
     )
     prompts = [{"question_id": f"q{i}", "question": f"Say {i}."} for i in range(2)]
     (m,) = train(cfg, prompts, lambda e, q: float(e.sample))
+    return m
+
+
+@pytest.mark.parametrize("precision", ["bf16", "none"])
+def test_on_policy_ratio_is_exactly_one_under_autocast(tiny_model, tmp_path, precision):
+    """pi_old is computed under the update's autocast: on-policy, r_t = 1 and KL = 0 (with
+    pi_old in fp32 and the update in bf16, the first ratio was off by the bf16 rounding)."""
+    m = _one_step(tiny_model, tmp_path, group_size=2, tokens=8, autocast=precision)
     assert m["ratio_first"] == 1.0 and m["approx_kl"] == 0.0
 
 
@@ -221,23 +227,7 @@ def test_kill_9_never_leaves_the_run_without_a_loadable_checkpoint(tiny_model, t
 def test_the_sampler_is_the_policy_that_is_scored(tiny_model, tmp_path, temperature):
     """The engine's own log-probs of what it sampled equal the trainer's log pi_old: same
     distribution (temperature applied in both, nothing inherited), so the mismatch is ~0."""
-    from pipeline.rollout.agent import AgentConfig
-    from trainer.train import train
-
-    cfg = TrainConfig(
-        model=tiny_model,
-        out=str(tmp_path / "run"),
-        steps=1,
-        prompts_per_step=2,
-        group_size=4,
-        max_tokens=12,
-        temperature=temperature,
-        agent=AgentConfig(max_turns=1, max_response_tokens=12, sandbox_workers=0),
-        rollout_backend="transformers",
-        use_overlong=False,
-    )
-    prompts = [{"question_id": f"q{i}", "question": f"Say {i}."} for i in range(2)]
-    (m,) = train(cfg, prompts, lambda e, q: float(e.sample))
+    m = _one_step(tiny_model, tmp_path, group_size=4, tokens=12, temperature=temperature)
     assert m["logp_reported_frac"] == 1.0
     assert m["logp_mismatch_max"] < 1e-4, m["logp_mismatch_max"]
     assert m["tis"] is False  # on by default with vLLM only
@@ -256,3 +246,16 @@ def test_truncated_importance_weights():
     plain, _ = grpo_tcr_loss(logp, logp.detach(), torch.tensor([1.0]), mask)
     weighted, _ = grpo_tcr_loss(logp, logp.detach(), torch.tensor([1.0]), mask, is_weight=w)
     assert weighted.item() == pytest.approx(plain.item() * (1 + 1.2 + 1) / 3)
+
+
+def test_a_misspelt_option_fails_when_the_config_is_made():
+    """Before any model loads (once a bad `tis` failed after the first rollouts, and a bad
+    `tool_bonus` silently meant `capped`)."""
+    for bad in (
+        {"tis": "yes"},
+        {"tool_bonus": "big"},
+        {"rollout_backend": "hf"},
+        {"autocast": "fp8"},
+    ):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            TrainConfig(model="m", out="o", **bad)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from trainer.train import TOOLS, TrainConfig, agent_config, train
+from trainer.train import ROLLOUT_BACKENDS, TOOLS, TrainConfig, agent_config, train
 
 
 def main() -> None:
@@ -18,7 +18,7 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--lr", type=float, default=1e-6)
     ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--rollout-backend", default="auto", choices=["auto", "transformers", "vllm"])
+    ap.add_argument("--rollout-backend", default="auto", choices=list(ROLLOUT_BACKENDS))
     ap.add_argument("--max-turns", type=int, default=4, help="agent turns (tool calls) per episode")
     ap.add_argument("--tools", default="python", choices=list(TOOLS))
     a = ap.parse_args()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from trainer.checkpoint import (
     tensorboard,
     truncate_metrics,
 )
+from trainer.train import Prompts, token_logprobs
 
 CURVES = ("loss", "tokens", "lr")
 
@@ -64,6 +64,10 @@ class SFTTrainConfig:
         }
     )
 
+    def __post_init__(self) -> None:
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule must be cosine or constant, not {self.schedule!r}")
+
 
 def load_rows(dataset: str) -> list[dict]:
     import pyarrow.dataset as pads
@@ -95,20 +99,6 @@ def buckets(n_examples: list[int], batch_size: int) -> list[list[int]]:
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-class Batches:
-    """Length buckets in a seeded, per-epoch shuffled order, with a resumable cursor."""
-
-    def __init__(self, batches: list[list[int]], seed: int):
-        self.batches, self.seed, self.cursor = batches, seed, 0
-
-    def next(self) -> list[int]:
-        epoch, pos = divmod(self.cursor, len(self.batches))
-        order = list(range(len(self.batches)))
-        random.Random(self.seed + epoch).shuffle(order)
-        self.cursor += 1
-        return self.batches[order[pos]]
-
-
 def collate(items: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """ids [B, T], attention [B, T], labels [B, T] (-100: no loss), right-padded."""
     width = max(len(x["ids"]) for x in items)
@@ -125,15 +115,13 @@ def collate(items: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor,
     return ids, attn, labels
 
 
-def sft_loss(model, ids, attn, labels) -> tuple[torch.Tensor, int]:
-    """Token-mean cross-entropy over the policy's own tokens: L = -sum_t m_t log p(y_t) / sum_t m_t."""
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # [B, T-1, V]
-    target = labels[:, 1:]  # [B, T-1]
-    n = int((target != -100).sum())
-    loss = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100, reduction="sum"
-    )
-    return loss / max(1, n), n
+def sft_loss(model, ids, attn, labels, chunk: int = 512) -> tuple[torch.Tensor, int]:
+    """Token-mean cross-entropy over the policy's own tokens: L = -sum_t m_t log p(y_t) / sum_t m_t,
+    with the GRPO trainer's chunked fp32 log-softmax (no whole [B, T, V] fp32 tensor)."""
+    logp, _ = token_logprobs(model, ids, attn, chunk=chunk)  # [B, T-1]
+    m = (labels[:, 1:] != -100).to(logp.dtype)  # [B, T-1]
+    n = int(m.sum())
+    return -(logp * m).sum() / max(1, n), n
 
 
 def nano_policy(out: Path, rows: list[dict], config: SFTTrainConfig) -> Path:
@@ -180,8 +168,6 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     lr = config.lr if config.lr is not None else (3e-3 if config.model is None else 1e-5)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=config.weight_decay)
     warm = max(1, config.warmup_steps)
-    if config.schedule not in ("constant", "cosine"):
-        raise ValueError(f"schedule must be constant or cosine, not {config.schedule!r}")
 
     def factor(s: int) -> float:  # linear warmup, then constant or cosine to 10%
         if config.schedule == "constant":
@@ -190,7 +176,8 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
         return min(1.0, (s + 1) / warm) * (0.1 + 0.9 * decay)
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-    stream = Batches(buckets([len(x["ids"]) for x in data], config.batch_size), config.seed)
+    # length buckets in a seeded per-epoch order with a resumable cursor, as GRPO's prompts
+    stream = Prompts(buckets([len(x["ids"]) for x in data], config.batch_size), config.seed)
     start = 0
     if resume:
         state = torch.load(latest / "trainer_state.pt", weights_only=True)
@@ -204,7 +191,7 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     history = []
     for step in range(start, config.steps):
         t0 = time.perf_counter()
-        ids, attn, labels = collate([data[i] for i in stream.next()], pad)
+        ids, attn, labels = collate([data[i] for i in stream.take(1)[0]], pad)
         loss, n = sft_loss(model, ids.to(device), attn.to(device), labels.to(device))
         opt.zero_grad()
         loss.backward()

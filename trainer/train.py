@@ -69,9 +69,7 @@ class TrainConfig:
     grad_accum: int = 1  # micro-batches per optimizer step (token-level denominator spans them)
     max_tokens: int = 256  # per assistant turn
     # multi-turn tool use in the sandbox: the policy calls python, sees the result, answers
-    agent: AgentConfig = field(
-        default_factory=lambda: AgentConfig(max_turns=4, max_response_tokens=1024)
-    )
+    agent: AgentConfig = field(default_factory=lambda: agent_config(None))
     l_max: int = 1024  # overlong shaping, over the policy's own tokens (tool output excluded)
     l_cache: int = 256
     use_overlong: bool = True
@@ -102,7 +100,24 @@ class TrainConfig:
     autocast: str = "auto"
     vllm_gpu_memory: float = 0.5  # each rank's colocated vLLM engine: its share of its GPU
 
+    def __post_init__(self) -> None:
+        """Every named option is checked here, so a typo fails before any model loads."""
+        choices = {
+            "rollout_backend": ROLLOUT_BACKENDS,
+            "tis": ("auto", "on", "off"),
+            "autocast": ("auto", "bf16", "none"),
+            "dynamic_sampling_on": ("accuracy", "reward"),
+            "entropy_band_adjusts": ("ent_coef", "beta"),
+            "eps_high_schedule": (None, "paper"),
+            "tool_bonus": ("capped", "paper"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
 
+
+ROLLOUT_BACKENDS = ("auto", "vllm", "transformers")
+TOOLS = ("python", "none")
 RewardFn = Callable[[Episode, dict], float]
 CURVES = ("reward_mean", "accuracy", "entropy", "clip_frac_high", "approx_kl", "response_len")
 
@@ -118,10 +133,7 @@ def correct(e: Episode, q: dict) -> bool:
 
 def autocast(config: TrainConfig, device_type: str):
     """One precision for pi_old, pi_ref and pi_theta."""
-    mode = config.autocast
-    if mode not in ("auto", "bf16", "none"):
-        raise ValueError(f"autocast must be auto, bf16 or none, not {mode!r}")
-    on = mode == "bf16" or (mode == "auto" and device_type == "cuda")
+    on = config.autocast == "bf16" or (config.autocast == "auto" and device_type == "cuda")
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=on)
 
 
@@ -130,11 +142,7 @@ def flat_group(config: TrainConfig, rewards: torch.Tensor, acc: list[bool]) -> b
     about the answer, even when shaping terms (overlong, tool bonus) make the rewards differ."""
     if config.dynamic_sampling_on == "accuracy":
         return len(set(acc)) <= 1
-    if config.dynamic_sampling_on == "reward":
-        return bool(rewards.std(unbiased=False) == 0)
-    raise ValueError(
-        f"dynamic_sampling_on must be accuracy or reward, not {config.dynamic_sampling_on!r}"
-    )
+    return bool(rewards.std(unbiased=False) == 0)
 
 
 def eps_high_at(config: TrainConfig, step: int) -> float:
@@ -142,8 +150,6 @@ def eps_high_at(config: TrainConfig, step: int) -> float:
     total = max(1, config.steps)
     if config.eps_high_schedule == "paper":
         return max(0.35 - 0.15 * step / total, 0.25)
-    if config.eps_high_schedule is not None:
-        raise ValueError(f"unknown eps_high_schedule {config.eps_high_schedule!r} (paper)")
     if config.eps_high_end is None:
         return config.eps_high
     return config.eps_high + (config.eps_high_end - config.eps_high) * step / max(1, total - 1)
@@ -156,10 +162,6 @@ def band_adjust(config: TrainConfig, entropy: float, ent_coef: float, beta: floa
     lo, hi = config.entropy_band
     if config.entropy_band_adjusts == "beta":  # the paper: x0.9 below the band, x1.1 above
         return ent_coef, beta * 0.9 if entropy < lo else beta * 1.1 if entropy > hi else beta
-    if config.entropy_band_adjusts != "ent_coef":
-        raise ValueError(
-            f"entropy_band_adjusts must be ent_coef or beta, not {config.entropy_band_adjusts!r}"
-        )
     if entropy < lo:
         return ent_coef * 1.5 + 1e-4, beta
     return (ent_coef / 1.5 if entropy > hi else ent_coef), beta
@@ -284,9 +286,6 @@ class Prompts:
             out.append(self.rows[order[pos]])
             self.cursor += 1
         return out
-
-
-TOOLS = ("python", "none")
 
 
 def agent_config(dataset: str | None, max_turns: int = 4, tools: str = "python") -> AgentConfig:
@@ -451,8 +450,6 @@ def train(
         from pipeline.rollout.engines import vllm_available
 
         backend = "vllm" if vllm_available() else "transformers"
-    if backend not in ("vllm", "transformers"):
-        raise ValueError(f"rollout_backend must be auto, vllm or transformers, not {backend!r}")
     if backend == "vllm":
         from pipeline.rollout.engines import VLLMEngine, push_weights
 
@@ -536,8 +533,6 @@ def train(
                 old_logp, _engine_logprobs(episodes, ids.shape[1]).to(device), mask, config.tis_cap
             )
             use_tis = config.tis == "on" or (config.tis == "auto" and backend == "vllm")
-            if config.tis not in ("auto", "on", "off"):
-                raise ValueError(f"tis must be auto, on or off, not {config.tis!r}")
             # ---- update ----------------------------------------------------------------------
             order = torch.randperm(len(episodes))
             mb_metrics = []

@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.lake import PARQUET_OPTIONS
+from pipeline.rollout.agent import head_messages
 
 
 def prompt(q: dict, system: str | None) -> list[dict]:
-    """The RL prompt: the dataset's system prompt (if any), then the question."""
-    head = [{"role": "system", "content": system}] if system else []
-    return head + [{"role": "user", "content": q["question"]}]
+    """The RL prompt, opened as the agent loop opens an episode."""
+    return head_messages(q["question"], system)
 
 
 def parquet(rows: list[dict], schema: pa.Schema) -> bytes:

@@ -170,13 +170,15 @@ def start_episodes(
     episodes = []
     for qid, question in questions:
         ids = prompt_ids(tokenizer, question, config)
-        messages = _head(question, config)
+        messages = head_messages(question, config.system_prompt)
         episodes += [Episode(qid, s, ids, messages=list(messages)) for s in range(k)]
     return episodes
 
 
-def _head(question: str, config: AgentConfig) -> list[dict]:
-    messages = [{"role": "system", "content": config.system_prompt}] if config.system_prompt else []
+def head_messages(question: str, system: str | None) -> list[dict]:
+    """An episode's opening messages: the system prompt (if any), then the question. The RL
+    exports open their prompts the same way."""
+    messages = [{"role": "system", "content": system}] if system else []
     return [*messages, {"role": "user", "content": question}]
 
 
@@ -184,7 +186,7 @@ def prompt_ids(tokenizer, question: str, config: AgentConfig) -> list[int]:
     """The episode's prompt: system prompt, tool declaration and question, as the chat template
     renders them with the generation prompt."""
     prompt = tokenizer.apply_chat_template(
-        _head(question, config),
+        head_messages(question, config.system_prompt),
         tools=[PYTHON_TOOL] if config.declare_tools else None,
         tokenize=False,
         add_generation_prompt=True,

@@ -11,6 +11,7 @@ from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
 from pipeline.exports import ExportConfig
 from pipeline.lake import Lake
+from pipeline.rollout.agent import SYSTEM
 from pipeline.select import SelectConfig
 
 
@@ -54,6 +55,7 @@ def build_flow(
     label_source: str | None = None,
     tool_arguments: str = "dict",
     keep_source_system_prompts: bool = False,
+    system_prompt: str | None = SYSTEM,
 ) -> dict:
     """Publish ``datasets/<name>/v<N>`` from the labelled, deduplicated, validated lake."""
     lk = Lake(lake)
@@ -62,6 +64,7 @@ def build_flow(
         select=SelectConfig(size=size, seed=seed),
         label_source=label_source,
         keep_source_system_prompts=keep_source_system_prompts,
+        system_prompt=system_prompt,
         exports=ExportConfig(tool_arguments=tool_arguments),
     )
     report("stage", "build")

@@ -358,20 +358,19 @@ def dedup(
 
 
 def _print_label(out: dict) -> None:
+    from pipeline.select import SelectConfig, difficulty
+
     console.print(f"[bold]label[/bold] {esc(out['stats'])}")
     hist: dict[str, list] = {}
     for h in out["histogram"]:
         hist.setdefault(h["label_source"], []).append(h)
     for src, rows in hist.items():
-        buckets = [0] * 5  # 0, (0, .4), [.4, .7), [.7, 1), 1
-        for h in rows:
+        buckets = {"all wrong": 0, "hard": 0, "medium": 0, "easy": 0, "all right": 0}
+        for h in rows:  # the bins `flow build` balances (pipeline.select.difficulty)
             p = h["pass_rate"]
-            buckets[0 if p == 0 else 4 if p == 1 else 1 if p < 0.4 else 2 if p < 0.7 else 3] += h[
-                "questions"
-            ]
-        console.print(
-            f"  {esc(src)}: all wrong {buckets[0]}, hard (<0.4) {buckets[1]}, medium {buckets[2]}, easy (>=0.7) {buckets[3]}, all right {buckets[4]}"
-        )
+            b = "all wrong" if p == 0 else "all right" if p == 1 else difficulty(p, SelectConfig())
+            buckets[b] += h["questions"]
+        console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
 
 
 @app.command()
@@ -830,10 +829,30 @@ def run(
     address: Annotated[
         str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
     ] = None,
+    labels: Annotated[
+        str,
+        typer.Option(
+            help="live: the whole mission (sft, K live rollouts of the SFT policy, build, "
+            "GRPO-TCR, eval) | recorded: the data stages only, pass rates from recorded attempts."
+        ),
+    ] = "live",
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="Stop after this stage (ingest validate dedup sft label build train eval)."
+        ),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="The CI-sized mission: fewer questions, steps and rollouts.")
+    ] = False,
 ) -> None:
-    """The main job: ingest, validate, dedup, label, build as one Prefect flow; then a summary,
-    the counts per stage and the run report's path. Rerun: only new work is done."""
-    from flows.pipeline import StageFailed, pipeline_flow
+    """The main job as one Prefect flow: ingest, validate, dedup, then (by default) SFT of the
+    nano policy, its K=8 live rollouts as difficulty labels, build, GRPO-TCR and the before/after
+    evaluation; then the summary, the counts per stage and the run report's path. Rerun: only
+    new work is done."""
+    from flows.mission import STAGES as MISSION_STAGES
+    from flows.mission import MissionConfig
+    from flows.pipeline import STAGES, StageFailed, pipeline_flow
     from flows.progress import set_hook
     from flows.runners import RUNNERS
     from pipeline.build import check_name
@@ -841,6 +860,11 @@ def run(
 
     if runner not in RUNNERS:
         raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
+    if labels not in ("live", "recorded"):
+        raise typer.BadParameter("live | recorded", param_hint="--labels")
+    known = MISSION_STAGES if labels == "live" else STAGES
+    if until is not None and until not in known:
+        raise typer.BadParameter(f"one of {', '.join(known)}", param_hint="--until")
     if policy and not Path(policy).is_dir():
         raise typer.BadParameter(f"{policy} is not a model folder", param_hint="--policy")
     try:
@@ -863,8 +887,26 @@ def run(
                 status.update(f"ingest {files['n']}/{files['total']} files")
             elif event == "label":
                 status.update(f"label {payload['done']}/{payload['total']} questions")
+            elif event in ("sft", "train") and "loss" in payload:
+                status.update(f"{event} step {payload['step']}: loss {payload['loss']:.3f}")
 
         set_hook(hook)
+        if labels == "live":
+            from pipeline.sandbox import SandboxUnavailable, run_python
+
+            try:
+                run_python("print(1)")
+            except SandboxUnavailable as e:
+                err.print(
+                    f"[yellow]warning:[/yellow] the sandbox is unavailable ({esc(e)}); the mission "
+                    "runs model code, so this run does the data stages only, labelling from "
+                    "recorded attempts (as `flow run --labels recorded`). Install bubblewrap "
+                    "(`make sandbox`) for the whole mission."
+                )
+                labels, until = "recorded", None
+        mission = None
+        if labels == "live":
+            mission = MissionConfig.quick() if quick else MissionConfig()
         try:
             out = pipeline_flow(
                 inputs=inputs,
@@ -874,6 +916,9 @@ def run(
                 runner=runner,
                 workers=workers,
                 address=address,
+                mission=mission,
+                stages=list(STAGES[: STAGES.index(until) + 1]) if until and not mission else None,
+                until=until if mission else None,
             )
         except StageFailed as e:
             err.print(f"[red]pipeline failed:[/red] {esc(e)}")
@@ -886,6 +931,17 @@ def run(
     from pipeline.report import stage_rows
 
     print_rows(stage_rows(out["stages"]), title="pipeline run", max_width=100)
+    evaluation = out["results"].get("eval")
+    if evaluation:
+        print_rows(
+            [
+                {"stage": r["stage"], "model": r["model"]}
+                | {m: round(v, 4) for m, v in r.items() if "@" in m}
+                for r in evaluation["rows"]
+            ],
+            title=f"held-out {evaluation['eval_set']} ({evaluation['questions']} questions)",
+            max_width=100,
+        )
     print_rows(out["conservation"], title="counts per stage (whole lake)")
     for w in out.get("warnings", []):
         err.print(f"[yellow]warning:[/yellow] {esc(w)}")

@@ -35,14 +35,16 @@ def load(path: str | Path | None = None, base: Path | None = None) -> list[Deplo
     with open(cfg_path, "rb") as f:
         cfg = tomllib.load(f)
     base = base or Path(os.getcwd())
+    from flows.mission import STAGES as MISSION_STAGES
     from flows.pipeline import STAGES
 
     lake = _local(cfg.get("lake", "data/lake"), base)
     landing = _local(cfg.get("landing", "data/landing"), base)
     out = []
     for name, d in cfg.get("deployments", {}).items():
-        stages = list(d.get("stages", STAGES))
-        unknown = set(stages) - {*STAGES, "train"}
+        mission = bool(d.get("mission", False))  # the whole mission's stages (MissionConfig)
+        stages = list(d.get("stages", MISSION_STAGES if mission else STAGES))
+        unknown = set(stages) - ({*MISSION_STAGES} if mission else {*STAGES, "train"})
         if unknown:
             raise ValueError(f"{cfg_path}: deployment {name}: unknown stage(s) {sorted(unknown)}")
         params: dict[str, Any] = {
@@ -55,7 +57,9 @@ def load(path: str | Path | None = None, base: Path | None = None) -> list[Deplo
             params["inputs"] = [landing]
         if cfg.get("policy") and "label" in stages:
             params["policy"] = _local(cfg["policy"], base)
-        if "train" in stages:
+        if mission:
+            params["mission"] = {}  # MissionConfig's defaults
+        elif "train" in stages:
             if not cfg.get("train_model"):
                 continue  # nothing to train: not served
             params["train_model"] = _local(cfg["train_model"], base)

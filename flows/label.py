@@ -10,6 +10,7 @@ from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.label import LabelConfig, label, pass_rate_histogram
 from pipeline.lake import Lake
+from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
 
 
@@ -34,8 +35,10 @@ def label_flow(
     limit: int | None = None,
     max_tokens: int = 512,
     temperature: float = 1.0,
+    agent: AgentConfig | None = None,
 ) -> dict:
-    """Pass rates per unique question: recorded, or from K rollouts of ``policy``."""
+    """Pass rates per unique question: recorded, or from K rollouts of ``policy`` through the
+    agent loop ``agent`` (default: the loop `flow train` uses)."""
     lk = Lake(lake)
     config = LabelConfig(
         k=k,
@@ -43,6 +46,7 @@ def label_flow(
         backend=backend,
         limit=limit,
         sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
+        **({"agent": agent} if agent is not None else {}),
     )
     report("stage", "label")
     log_upstream(lk, "label")

@@ -1,5 +1,8 @@
 """The ``pipeline`` flow: ingest -> validate -> dedup -> label -> build (-> train), one subflow per
-stage, then the run report (HTML + PNG in the lake, and Prefect artifacts).
+stage, then the run report (HTML + PNG in the lake, and Prefect artifacts). With a
+``MissionConfig`` (what `flow run` passes by default) it is the whole mission: ingest ->
+validate -> dedup -> sft -> label (live K rollouts of the SFT policy) -> build -> train -> eval
+(see ``flows/mission.py``).
 
 Each stage is cached on the content of what it reads (see ``flows/caching.py``), so a rerun with
 nothing new does no stage work, and a run killed in any stage resumes from that stage's last
@@ -20,10 +23,13 @@ from flows.build import build_flow
 from flows.dedup import dedup_flow
 from flows.ingest import ingest_flow
 from flows.label import label_flow
+from flows.mission import STAGES as MISSION_STAGES
+from flows.mission import MissionConfig
 from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
 from pipeline.lake import Lake, resolve_root
+from pipeline.nano import EVAL_SET
 from pipeline.report import conservation, write_report
 
 DEMO_DIR = "data/demo"
@@ -91,7 +97,21 @@ def _summary(stage: str, out: dict) -> dict[str, Any]:
             "sft rows": out["sft"]["rows"],
         }
     if stage == "train":
-        return {"steps": out["steps"]}
+        return {"steps": out["steps"]} | (
+            {
+                "accuracy": round(out["last"]["accuracy"], 3),
+                "reward": round(out["last"]["reward_mean"], 3),
+            }
+            if out.get("last")
+            else {}
+        )
+    if stage == "sft":
+        first, last = out["first"], out["last"]
+        return {"trajectories": out["rows"], "steps run": out["steps"]} | (
+            {"loss": f"{first['loss']:.3f} -> {last['loss']:.3f}"} if last else {}
+        )
+    if stage == "eval":
+        return {r["stage"]: round(r[f"average@{r['k']}"], 3) for r in out["rows"]}
     return {}
 
 
@@ -130,12 +150,28 @@ def pipeline_flow(
     train_steps: int = 20,
     train_options: dict | None = None,
     write_run_report: bool = True,
+    mission: MissionConfig | None = None,
+    until: str | None = None,
 ) -> dict:
     """The pipeline on ``inputs`` (default: the demo corpus): recorded labels, or K live rollouts
     of ``policy``; publishes ``datasets/<dataset>/v<N>``; with ``train_model``, GRPO-TCR on the
     newest version. ``stages`` runs a subset in order (scheduled deployments do: ingest every few
     minutes, curation nightly, ...). Returns per-stage summaries and the report's path."""
     root = resolve_root(lake)
+    if mission is not None:
+        return _mission(
+            inputs,
+            root,
+            policy,
+            dataset,
+            runner,
+            workers,
+            address,
+            stages,
+            mission,
+            until,
+            write_run_report,
+        )
     todo = list(stages or STAGES) + (["train"] if train_model and not stages else [])
     unknown = set(todo) - {*STAGES, "train"}
     if unknown:
@@ -143,11 +179,7 @@ def pipeline_flow(
     if "train" in todo and not train_model:
         raise ValueError("the train stage needs train_model (the SFT policy's folder)")
     if not inputs and "ingest" in todo:
-        from pipeline.demo import write_demo
-
-        if not Path(DEMO_DIR).exists():
-            write_demo(DEMO_DIR)
-        inputs = [DEMO_DIR]
+        inputs = [demo_inputs(None)]
     lk = Lake(root)
     results: dict[str, dict] = {}
     rows: dict[str, dict] = {}
@@ -182,6 +214,185 @@ def pipeline_flow(
                 steps=train_steps,
                 **(train_options or {}),
             )
+    return _finish(lk, dataset, manifest, results, rows, write_run_report)
+
+
+def demo_inputs(nano: dict | None, folder: str = DEMO_DIR) -> str:
+    """The demo corpus folder, written when missing (with ``nano``: the nano task family too,
+    written by ``write_nano(**nano)``, whose solver trajectories run in the sandbox)."""
+    from pipeline.demo import write_demo
+
+    if not Path(folder).exists():
+        write_demo(folder)
+    if nano is not None and not Path(folder, "questions", EVAL_SET).exists():
+        from pipeline.nano import write_nano
+        from pipeline.sandbox import Sandbox
+
+        with Sandbox(MissionConfig().agent.sandbox, 2) as box:
+            write_nano(folder, box, **nano)
+    return folder
+
+
+def latest_sft(lk: Lake) -> str:
+    """The newest SFT policy the main job trained in this lake."""
+    runs = lk.path("runs")
+    found = sorted(
+        (p for p in (lk.fs.glob(f"{runs}/sft-*/checkpoint-latest") if lk.fs.exists(runs) else [])),
+        key=lambda p: lk.fs.info(p).get("mtime", 0),
+    )
+    if not found:
+        raise FileNotFoundError(
+            f"no SFT policy in {runs}: run the sft stage first (flow run), or pass --policy"
+        )
+    return found[-1]
+
+
+def _mission(
+    inputs: list[str] | None,
+    root: str,
+    policy: str | None,
+    dataset: str,
+    runner: str,
+    workers: int | None,
+    address: str | None,
+    stages: list[str] | None,
+    mission: MissionConfig,
+    until: str | None,
+    write_run_report: bool,
+) -> dict:
+    from flows.evaluate import eval_flow
+    from flows.sft import sft_flow
+    from flows.train import train_flow
+    from pipeline.eval_sets import pools, register
+    from pipeline.rollout.engines import Sampling
+
+    todo = list(stages or MISSION_STAGES)
+    unknown = set(todo) - set(MISSION_STAGES) | ({until} - set(MISSION_STAGES) if until else set())
+    if unknown:
+        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(MISSION_STAGES)}")
+    if until:
+        todo = [s for s in todo if MISSION_STAGES.index(s) <= MISSION_STAGES.index(until)]
+    if policy:  # a given policy replaces the SFT stage
+        todo = [s for s in todo if s != "sft"]
+    if not inputs and "ingest" in todo:
+        inputs = [demo_inputs(mission.nano, mission.demo_dir)]
+    lk = Lake(root)
+    results: dict[str, dict] = {}
+    rows: dict[str, dict] = {}
+    manifest = None
+    agent = mission.agent
+    sampling = Sampling(temperature=mission.temperature, max_tokens=mission.max_tokens)
+
+    def mapped(fl: Any) -> Any:
+        return fl.with_options(task_runner=task_runner(runner, workers, address))
+
+    for stage in todo:
+        if stage == "ingest":
+            _stage(stage, mapped(ingest_flow), results, rows, paths=inputs, lake=root)
+            if mission.eval_set in pools(lk):  # held out from training by every later dedup
+                register(lk, [mission.eval_set])
+        elif stage == "validate":
+            _stage(stage, validate_flow, results, rows, lake=root)
+        elif stage == "dedup":
+            _stage(stage, mapped(dedup_flow), results, rows, lake=root)
+        elif stage == "sft":
+            out = _stage(
+                stage,
+                sft_flow,
+                results,
+                rows,
+                lake=root,
+                out=f"{root}/runs/sft-{{key}}",
+                steps=mission.sft_steps,
+                batch_size=mission.sft_batch,
+                agent=agent,
+            )
+            policy = out["policy"]
+        elif stage == "label":
+            policy = policy or latest_sft(lk)
+            _stage(
+                stage,
+                label_flow,
+                results,
+                rows,
+                lake=root,
+                policy=policy,
+                k=mission.k,
+                backend=mission.backend,
+                limit=mission.label_limit,
+                max_tokens=mission.max_tokens,
+                temperature=mission.temperature,
+                agent=agent,
+            )
+        elif stage == "build":
+            manifest = _stage(
+                stage,
+                build_flow,
+                results,
+                rows,
+                lake=root,
+                name=dataset,
+                system_prompt=agent.system_prompt,
+            )
+        elif stage == "train":
+            policy = policy or latest_sft(lk)
+            path = manifest["path"] if manifest else latest_dataset(lk, dataset)
+            if (manifest or _read_manifest(lk, path))["rl"]["rows"] == 0:
+                why = (
+                    f"train skipped: {path} has no RL rows (every labelled question was 0/K or "
+                    "K/K for this policy; see the pass-rate histogram)"
+                )
+                results.setdefault("mission", {"warnings": []})["warnings"].append(why)
+                rows[stage] = {"state": "Skipped", "seconds": 0.0, "reason": why}
+                continue
+            _stage(
+                stage,
+                train_flow,
+                results,
+                rows,
+                dataset=path,
+                model=policy,
+                out=f"{root}/runs/{dataset}-{path.rstrip('/').rsplit('/', 1)[-1]}-grpo",
+                steps=mission.train_steps,
+                prompts_per_step=mission.prompts_per_step,
+                group_size=mission.group_size,
+                lr=mission.lr,
+                max_tokens=mission.max_tokens,
+                rollout_backend=mission.train_backend,
+                agent=agent,
+                options={"temperature": mission.temperature} | mission.train_options,
+            )
+        elif stage == "eval":
+            policy = policy or latest_sft(lk)
+            models = [(policy, "sft")]
+            if "train" in results:
+                models.append((f"{results['train']['out']}/checkpoint-latest", "grpo"))
+            _stage(
+                stage,
+                eval_flow,
+                results,
+                rows,
+                models=models,
+                eval_set=mission.eval_set,
+                lake=root,
+                k=mission.eval_k,
+                limit=mission.eval_limit,
+                agent=agent,
+                sampling=sampling,
+                backend=mission.backend,
+            )
+    return _finish(lk, dataset, manifest, results, rows, write_run_report)
+
+
+def _finish(
+    lk: Lake,
+    dataset: str,
+    manifest: dict | None,
+    results: dict,
+    rows: dict,
+    write_run_report: bool,
+) -> dict:
+    root = lk.root
     training = results.get("train")
     if manifest is None and lk.fs.exists(lk.path("datasets", dataset)):
         manifest = _read_manifest(lk, latest_dataset(lk, dataset))
@@ -199,6 +410,8 @@ def pipeline_flow(
         training,
         cons,
         warnings,
+        sft=results.get("sft"),
+        evaluation=results.get("eval"),
     )
     lines = [
         "# Pipeline run",

@@ -55,6 +55,9 @@ def locked(fn: Callable[..., Any]) -> Callable[..., Any]:
         with writer_lock(Lake(bound.arguments.get("lake"))), stop.on_sigterm():
             return fn(*args, **kwargs)
 
+    # the signature with its annotations resolved in fn's own module: Prefect validates the
+    # parameters in the wrapper's module, which does not import fn's types (MissionConfig, ...)
+    wrapper.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
     return wrapper
 
 

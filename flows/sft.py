@@ -1,38 +1,73 @@
-"""The ``sft`` flow: supervised fine-tuning on a published dataset's SFT split (the policy that
-RL starts from); the loss curve as an artifact."""
+"""The ``sft`` flow: supervised fine-tuning on a published dataset's SFT split, or straight on
+the lake's correct trajectories (the main job's SFT stage, before anything is labelled): the
+policy RL starts from; the loss curve as an artifact."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
+
+import orjson
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
+from pipeline.ids import digest
+from pipeline.rollout.agent import AgentConfig
 from trainer.sft import SFTTrainConfig, sft
 from trainer.train import agent_config
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
 
 
+def lake_rows(lake: str, system_prompt: str | None) -> list[dict]:
+    """What the SFT split of a dataset built now would hold: correct, complete, valid,
+    deduplicated trajectories, with the dataset's system prompt."""
+    from pipeline.build import BuildConfig, select_sft
+    from pipeline.lake import Lake
+
+    rows, _ = select_sft(Lake(lake), BuildConfig(system_prompt=system_prompt))
+    return rows
+
+
+def run_key(rows: list[dict], config: SFTTrainConfig) -> str:
+    """A run folder per (data, config): the same data and config resume (or find the run
+    done); new trajectories in the lake start a new run."""
+    blob = {"rows": sorted(r["record_id"] for r in rows)} | asdict(replace(config, out=""))
+    return digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
+
+
 @task(name="sft", cache_policy=NO_CACHE)
-def sft_task(config: SFTTrainConfig) -> list[dict]:
-    return sft(config, on_step=lambda m: report("sft", m))
+def sft_task(config: SFTTrainConfig, lake: str | None = None) -> dict:
+    rows = lake_rows(lake, config.agent.system_prompt) if lake else None
+    if rows is not None and not rows:
+        raise ValueError(f"no correct, complete trajectory in the lake {lake} to fine-tune on")
+    if lake:
+        config = replace(config, out=config.out.replace("{key}", run_key(rows, config)))
+    history = sft(config, rows, on_step=lambda m: report("sft", m))
+    return {"out": config.out, "history": history, "rows": len(rows) if rows else None}
 
 
 @flow(name="sft")
 def sft_flow(
-    dataset: str,
-    out: str,
+    dataset: str | None = None,
+    out: str = "runs/sft",
     model: str | None = None,
     steps: int = 300,
     batch_size: int = 32,
     lr: float | None = None,
     max_turns: int = 4,
     tools: str = "python",
+    lake: str | None = None,
+    agent: AgentConfig | None = None,
 ) -> dict:
-    """SFT of ``model`` (None: the nano policy, from scratch) on ``dataset``'s SFT split, with
-    the prompt and tool rendering RL will use (the dataset's system prompt, ``max_turns``)."""
+    """SFT of ``model`` (None: the nano policy, from scratch) on ``dataset``'s SFT split, or
+    on the lake's correct trajectories (``lake``; ``{key}`` in ``out`` becomes the data and
+    config's key), with the prompt and tool rendering RL will use (``agent``, else the
+    dataset's system prompt and ``max_turns``)."""
+    if (dataset is None) == (lake is None):
+        raise ValueError("give a dataset folder or a lake, not both")
     config = SFTTrainConfig(
         out=out,
         model=model,
@@ -40,14 +75,15 @@ def sft_flow(
         steps=steps,
         batch_size=batch_size,
         lr=lr,
-        agent=agent_config(dataset, max_turns, tools),
+        agent=agent or agent_config(dataset, max_turns, tools),
     )
-    history = sft_task(config)
+    run = sft_task(config, lake)
+    out, history = run["out"], run["history"]
     lines = [
         "# SFT",
         "",
-        f"dataset `{dataset}`, model `{model or 'nano (from scratch)'}`, {len(history)} steps; "
-        f"checkpoint `{out}/checkpoint-latest`",
+        f"{dataset or lake}, model `{model or 'nano (from scratch)'}`, {len(history)} steps "
+        f"run now; checkpoint `{out}/checkpoint-latest`",
         "",
         "| step | loss | tokens | lr |",
         "|---|---|---|---|",
@@ -56,10 +92,15 @@ def sft_flow(
         f"| {h['step']} | {h['loss']:.4f} | {h['tokens']} | {h['lr']:.2e} |"
         for h in history[:: max(1, len(history) // 20)]
     ]
-    create_markdown_artifact(key="sft", markdown="\n".join(lines), description=f"SFT on {dataset}")
+    create_markdown_artifact(
+        key="sft", markdown="\n".join(lines), description=f"SFT on {dataset or lake}"
+    )
     return {
         "out": out,
+        "policy": f"{out}/checkpoint-latest",
         "steps": len(history),
+        "state": "Completed" if history else "Cached",
         "first": history[0] if history else None,
         "last": history[-1] if history else None,
+        "rows": run["rows"],
     }

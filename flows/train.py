@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
+from pipeline.rollout.agent import AgentConfig
 from trainer.train import TrainConfig, agent_config, train
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
@@ -46,9 +47,13 @@ def train_flow(
     tools: str = "python",
     lake: str | None = None,
     eval_set: str | None = None,
+    agent: AgentConfig | None = None,
+    options: dict | None = None,
 ) -> dict:
     """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``; with
-    held-out ``eval_questions``, average@k / maj@k / pass@k before and after training."""
+    held-out ``eval_questions``, average@k / maj@k / pass@k before and after training.
+    ``agent`` replaces the loop built from ``max_turns``/``tools`` and the dataset's prompt;
+    ``options``: any other ``TrainConfig`` fields (warmup_steps, use_overlong, ...)."""
     config = TrainConfig(
         model=model,
         dataset=dataset,
@@ -58,8 +63,9 @@ def train_flow(
         group_size=group_size,
         lr=lr,
         max_tokens=max_tokens,
-        agent=agent_config(dataset, max_turns, tools),
+        agent=agent or agent_config(dataset, max_turns, tools),
         rollout_backend=rollout_backend,
+        **(options or {}),
     )
     before = eval_task(model, eval_questions, eval_k, max_tokens) if eval_questions else None
     history = train_task(config)
@@ -99,6 +105,7 @@ def train_flow(
     )
     return {
         "out": out,
+        "state": "Completed" if done else "Cached",  # a finished run resumed: nothing to do
         "steps": len(done),
         "last": done[-1] if done else None,
         "eval_before": before,

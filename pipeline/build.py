@@ -84,7 +84,8 @@ ORDER BY u.question_id
 
 SFT_ITEMS = """
 SELECT t.record_id, t.trajectory_id, t.question_id, t.source, t.source_format, t.source_uri, t.domain,
-       t.question, t.tools, t.messages, t.system_prompt AS source_system_prompt, t.final_answer, t.is_correct, t.reward, t.validation_flags
+       t.question, t.tools, t.messages, t.system_prompt AS source_system_prompt, t.final_answer, t.is_correct, t.reward, t.validation_flags,
+       u.ground_truth AS question_ground_truth, u.answer_type AS question_answer_type
 FROM valid_trajectories t
 JOIN dedup_clusters d ON d.scope = 'trajectory' AND d.member_id = t.record_id AND d.representative_id = t.record_id
 JOIN dedup_clusters q ON q.scope = 'question' AND q.member_id = t.question_id
@@ -139,6 +140,26 @@ def lineage(lake: Lake) -> dict:
     }
 
 
+def select_sft(lake: Lake, config: BuildConfig) -> tuple[list[dict], dict[str, int]]:
+    """(the SFT split's rows, counts of trajectories left out by reason): deduplicated, valid,
+    train-eligible trajectories that pass ``config.sft`` (correct, complete, ...), with their
+    behaviour features as ``f_*`` columns. A trajectory whose format records no outcome is
+    judged by verifying its final answer against its question's ground truth."""
+    rows, dropped = [], {}
+    for t in query(lake, SFT_ITEMS).to_pylist():
+        gt, kind = t.pop("question_ground_truth"), t.pop("question_answer_type")
+        f = features(t["messages"], t["final_answer"], t["is_correct"], t["reward"], gt, kind)
+        why = keep_for_sft(f, t["validation_flags"] or [], config.sft)
+        if why:
+            dropped[why] = dropped.get(why, 0) + 1
+            continue
+        row = {k: v for k, v in t.items() if k != "validation_flags"}
+        if not config.keep_source_system_prompts:
+            row["messages"] = with_system(t["messages"], config.system_prompt)
+        rows.append(row | {f"f_{k}": v for k, v in f.items()})
+    return rows, dict(sorted(dropped.items()))
+
+
 def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     """Select, shard, export and publish a new dataset version; returns the manifest. When the
     result equals the newest version (bytes, config, lineage), that version is returned with
@@ -159,17 +180,7 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     sel = select(items, config.select)
     rl_rows = [{k: r.get(k) for k in RL_ROWS.names} for r in sel.rows]
 
-    sft_rows, sft_dropped = [], {}
-    for t in query(lake, SFT_ITEMS).to_pylist():
-        f = features(t["messages"], t["final_answer"], t["is_correct"], t["reward"])
-        why = keep_for_sft(f, t["validation_flags"] or [], config.sft)
-        if why:
-            sft_dropped[why] = sft_dropped.get(why, 0) + 1
-            continue
-        row = {k: v for k, v in t.items() if k != "validation_flags"}
-        if not config.keep_source_system_prompts:
-            row["messages"] = with_system(t["messages"], config.system_prompt)
-        sft_rows.append(row | {f"f_{k}": v for k, v in f.items()})
+    sft_rows, sft_dropped = select_sft(lake, config)
 
     files: dict[str, bytes] = {}
     for i, data in enumerate(_shards(rl_rows, RL_ROWS, config.shard_rows)):

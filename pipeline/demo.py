@@ -68,14 +68,25 @@ def _questions(rng: random.Random, n: int) -> list[tuple[str, int, str]]:
     return out
 
 
-def _code_for(q: str, abc: str) -> str:
+# what each template's solver runs: its output is the answer (the model copies it into \boxed{})
+TEMPLATE_CODE = [
+    "(a - b) * c",
+    "a * b + c",
+    "a - b + 10 * c",
+    "a * b - c",
+    "pow(a, b, c)",
+    "(a - c) // b",
+]
+
+
+def _code_for(i: int, abc: str) -> str:
     a, b, c = abc.split(",")
-    return f"a, b, c = {a}, {b}, {c}\nprint(a, b, c)"
+    return f"a, b, c = {a}, {b}, {c}\nprint({TEMPLATE_CODE[i % len(TEMPLATES)]})"
 
 
 def _openai_traj(q: str, ans: int, abc: str, correct: bool, idx: int) -> dict:
     given = ans if correct else ans + 1 + idx % 7
-    code = _code_for(q, abc)
+    code = _code_for(idx, abc)
     return {
         "messages": [
             {
@@ -94,7 +105,7 @@ def _openai_traj(q: str, ans: int, abc: str, correct: bool, idx: int) -> dict:
                     }
                 ],
             },
-            {"role": "tool", "tool_call_id": f"call_{idx}", "content": abc.replace(",", " ")},
+            {"role": "tool", "tool_call_id": f"call_{idx}", "content": f"{ans}\n"},
             {"role": "assistant", "content": f"The answer is \\boxed{{{given}}}."},
         ],
         "tools": [PYTHON_TOOL],
@@ -210,7 +221,7 @@ def write_demo(root: str | Path = "data/demo", seed: int = 0, n_questions: int =
     # 5. Hermes <tool_call> text, one with a malformed call and one invalid UTF-8 line.
     hermes = []
     for i, (q, a, abc) in enumerate(qs[90:110]):
-        call = {"name": "python", "arguments": {"code": _code_for(q, abc)}}
+        call = {"name": "python", "arguments": {"code": _code_for(90 + i, abc)}}
         hermes.append(
             json.dumps(
                 {
@@ -224,7 +235,7 @@ def write_demo(root: str | Path = "data/demo", seed: int = 0, n_questions: int =
                             "role": "assistant",
                             "content": f"<think>Compute with code.</think>\n<tool_call>\n{json.dumps(call)}\n</tool_call>",
                         },
-                        {"role": "tool", "content": f"<tool_response>\n{abc}\n</tool_response>"},
+                        {"role": "tool", "content": f"<tool_response>\n{a}\n</tool_response>"},
                         {"role": "assistant", "content": f"\\boxed{{{a if i % 4 else a + 2}}}"},
                     ]
                 }

@@ -18,16 +18,23 @@ from pipeline.verify import verify
 
 
 def record(
-    lake, result: dict, model: str, stage: str, eval_set: str, now: datetime | None = None
+    lake,
+    result: dict,
+    model: str,
+    stage: str,
+    eval_set: str,
+    now: datetime | None = None,
+    eval_id: str | None = None,
 ) -> str:
     """Store an ``evaluate`` result in the lake's ``evals`` table (one row per metric, one part
-    per evaluation); returns the evaluation's id."""
+    per evaluation); returns the evaluation's id (``eval_id``: a content key, so a rerun of the
+    same evaluation finds it instead of adding it twice)."""
     import pyarrow as pa
 
     from schemas import TABLES
 
     now = now or datetime.now(UTC)
-    eval_id = uuid.uuid4().hex[:16]
+    eval_id = eval_id or uuid.uuid4().hex[:16]
     rows = [
         {
             "eval_id": eval_id,
@@ -45,10 +52,18 @@ def record(
     ]
     lake.write_part(
         "evals",
-        f"{now:%Y%m%dT%H%M%S}-{eval_id}",
+        eval_id,
         pa.Table.from_pylist(rows, schema=TABLES["evals"]),
     )
     return eval_id
+
+
+def recorded(lake, eval_id: str) -> dict | None:
+    """The result stored under ``eval_id``, or None."""
+    if eval_id not in lake.parts("evals"):
+        return None
+    t = lake.read_columns("evals", eval_id, ["metric", "value", "n", "k"]).to_pylist()
+    return {"questions": t[0]["n"], "k": t[0]["k"]} | {r["metric"]: r["value"] for r in t}
 
 
 def evaluate(

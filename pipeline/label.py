@@ -26,7 +26,7 @@ from pipeline.ids import digest
 from pipeline.lake import Lake
 from pipeline.query import query
 from pipeline.rollout.agent import AgentConfig, run_episodes
-from pipeline.rollout.engines import Sampling, make_engine
+from pipeline.rollout.engines import Sampling, close, make_engine
 from pipeline.sandbox import Sandbox
 from pipeline.transient import PERMANENT_OS_ERRORS, TransientError
 from pipeline.verify import verify
@@ -153,6 +153,7 @@ def rollout_labels(
     }
     if not todo:
         return stats
+    own_engine = engine is None
     if engine is None:
         try:
             engine = make_engine(policy, config.backend)
@@ -239,8 +240,9 @@ def rollout_labels(
     finally:
         if sandbox is not None:
             sandbox.close()
-
-    return stats
+        if own_engine:
+            close(engine)
+    return stats | {"engine": engine.name}
 
 
 def label(

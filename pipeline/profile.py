@@ -10,7 +10,9 @@ Features (from the canonical messages):
 * ``pattern``: ``none`` (no calls), ``reactive`` (>= 3 calls with < 200 characters of assistant
   text per call), ``deliberative`` (<= 2 calls with >= 400 characters per call), else ``mixed``;
 * ``complete``: the trajectory ends in an answer (a final assistant turn without calls, or a
-  recorded final answer); ``correct``: ``is_correct``, else ``reward > 0``.
+  recorded final answer); ``correct``: ``is_correct``, else ``reward > 0``, else (a format
+  that records no outcome: Hermes, ShareGPT) the final answer verified against the question's
+  ground truth by ``pipeline.verify``; ``verified_outcome`` says the last was used.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ CHECK_RE = re.compile(r"\b(verify|verif|check|confirm|double-check|sanity)", re.
 
 
 def features(
-    messages: list[dict], final_answer: str | None, is_correct: bool | None, reward: float | None
+    messages: list[dict],
+    final_answer: str | None,
+    is_correct: bool | None,
+    reward: float | None,
+    ground_truth: str | None = None,
+    answer_type: str | None = None,
 ) -> dict:
     calls: dict[str, str] = {}  # call id -> tool name
     call_turn_text: dict[str, str] = {}
@@ -75,7 +82,13 @@ def features(
     complete = final_answer is not None or (
         last.get("role") == "assistant" and not last.get("tool_calls")
     )
-    correct = is_correct if is_correct is not None else (reward is not None and reward > 0)
+    verified = is_correct is None and reward is None and ground_truth is not None and complete
+    if verified:
+        from pipeline.verify import verify
+
+        correct = verify(final_answer or "", ground_truth, answer_type or "text").correct
+    else:
+        correct = is_correct if is_correct is not None else (reward is not None and reward > 0)
     return {
         "tool_calls": n_calls,
         "tool_errors": errors,
@@ -84,6 +97,7 @@ def features(
         "pattern": pattern,
         "complete": complete,
         "correct": bool(correct),
+        "verified_outcome": verified,
     }
 
 

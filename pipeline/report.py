@@ -135,6 +135,17 @@ def _table(rows: list[dict], max_chars: int = 120) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _read(url: str) -> bytes | None:
+    """A file beside the lake (a run's PNG), or None when it is not there."""
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(url)
+    if not fs.exists(p):
+        return None
+    with fs.open(p, "rb") as f:
+        return f.read()
+
+
 def _chart_section(
     title: str,
     rows: list[dict],
@@ -165,6 +176,8 @@ def write_report(
     training: dict | None = None,
     counts: list[dict] | None = None,
     warnings: list[str] | None = None,
+    sft: dict | None = None,
+    evaluation: dict | None = None,
 ) -> str:
     """Write ``folder/index.html`` and its PNGs; returns the page's path. ``stages`` holds each
     stage's summary row (state, seconds, ...); ``counts``: ``conservation`` if already computed;
@@ -247,6 +260,21 @@ def write_report(
     sections.append(
         "<h2>Dedup</h2>" + _table(dd) + "<p>Largest question clusters:</p>" + _table(largest)
     )
+    if sft:
+        png = _read(f"{sft['out']}/sft_curves.png")
+        if png:
+            files["sft_curves.png"] = png
+        first, last = sft.get("first"), sft.get("last")
+        sections.append(
+            "<h2>SFT</h2>"
+            + f"<p>policy <code>{html.escape(sft['policy'])}</code>; {sft.get('rows')} trajectories; "
+            + (
+                f"loss {first['loss']:.3f} &rarr; {last['loss']:.3f} over the {sft['steps']} steps run now.</p>"
+                if last
+                else "already trained (nothing to do).</p>"
+            )
+            + ('<img src="sft_curves.png">' if png else "")
+        )
     hist = _rows(
         con,
         """SELECT label_source, round(pass_rate, 3) pass_rate, count(*) questions FROM labels
@@ -298,17 +326,32 @@ def write_report(
             + _table(shards)
         )
     if training:
-        curves = f"{training['out']}/curves.png"
-        import fsspec
-
-        fs, p = fsspec.core.url_to_fs(curves)
-        if fs.exists(p):
-            with fs.open(p, "rb") as f:
-                files["curves.png"] = f.read()
+        curves = _read(f"{training['out']}/curves.png")
+        if curves:
+            files["curves.png"] = curves
         sections.append(
             "<h2>Training</h2>"
             + _table([{k: v for k, v in (training.get("last") or {}).items()}])
             + ('<img src="curves.png">' if "curves.png" in files else "")
+        )
+
+    if evaluation:
+        metrics = [m for m in evaluation["rows"][0] if "@" in m]
+        table = [
+            {"stage": r["stage"], "model": r["model"]}
+            | {m: round(r[m], 4) for m in metrics}
+            | {"tool calls / rollout": round(r.get("tool_calls_per_rollout", 0), 2)}
+            for r in evaluation["rows"]
+        ]
+        if len(table) == 2:
+            table.append(
+                {"stage": "grpo - sft", "model": ""}
+                | {m: round(table[1][m] - table[0][m], 4) for m in metrics}
+            )
+        sections.append(
+            f"<h2>Evaluation: before and after</h2><p>{evaluation['questions']} held-out questions of "
+            f"<code>{html.escape(evaluation['eval_set'])}</code> (also in the lake's <code>evals</code> table).</p>"
+            + _table(table)
         )
 
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -315,5 +315,6 @@ SFT_ROWS = pa.schema(
         ("f_pattern", pa.string()),
         ("f_complete", pa.bool_()),
         ("f_correct", pa.bool_()),
+        ("f_verified_outcome", pa.bool_()),  # f_correct came from verifying the final answer
     ]
 )

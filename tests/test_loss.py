@@ -50,7 +50,11 @@ def test_token_level_not_sequence_level_weighting():
     mask = t([[1, 0, 0], [1, 1, 1]])
     loss, _ = grpo_tcr_loss(logp, logp.clone(), t([1.0, -1.0]), mask)
     assert loss.item() == pytest.approx((-1 + 3) / 4)  # token-level: 0.5
-    # (sequence-level would give ((-1) + (+1)) / 2 = 0)
+    # the original GRPO's sequence level (plain GRPO in bench/ablation.py): ((-1) + (+1)) / 2
+    seq, _ = grpo_tcr_loss(logp, logp.clone(), t([1.0, -1.0]), mask, loss_agg="sequence")
+    assert seq.item() == pytest.approx(0.0)
+    seq, _ = grpo_tcr_loss(logp, logp.clone(), t([1.0, 1.0]), mask, loss_agg="sequence", n_seqs=4)
+    assert seq.item() == pytest.approx((-1 - 1) / 4)  # over the whole batch's sequences
     # across accumulation steps: the denominator is the whole batch's token count
     loss_half, _ = grpo_tcr_loss(logp[:1], logp[:1].clone(), t([1.0]), mask[:1], n_tokens=4)
     assert loss_half.item() == pytest.approx(-1 / 4)

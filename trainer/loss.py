@@ -35,6 +35,8 @@ def grpo_tcr_loss(
     ent_coef: float = 0.0,
     n_tokens: float | None = None,  # policy tokens of the whole batch (all accumulation steps)
     is_weight: torch.Tensor | None = None,  # [B, T] truncated importance weight pi_old / pi_sampler
+    loss_agg: str = "token",  # token (GRPO-TCR, DAPO) | sequence (the original GRPO)
+    n_seqs: float | None = None,  # sequences of the whole batch (sequence-level denominator)
 ) -> tuple[torch.Tensor, dict[str, float]]:
     mask = mask.to(logp.dtype)
     n = (
@@ -58,9 +60,11 @@ def grpo_tcr_loss(
         kl = None
     if ent_coef and entropy is not None:
         l_t = l_t - ent_coef * entropy
-    loss = (l_t * mask).sum() / n.clamp(
-        min=1
-    )  # token-level: sum over all policy tokens / their count
+    if loss_agg == "sequence":  # mean over each response's tokens, then over responses
+        per_seq = (l_t * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [B]
+        loss = per_seq.sum() / torch.as_tensor(n_seqs or len(per_seq), dtype=logp.dtype)
+    else:  # token-level: sum over all policy tokens / their count
+        loss = (l_t * mask).sum() / n.clamp(min=1)
 
     with torch.no_grad():
         m = mask.bool()

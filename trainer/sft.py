@@ -78,8 +78,13 @@ def load_rows(dataset: str) -> list[dict]:
 def examples(tokenizer, rows: list[dict], config: SFTTrainConfig) -> tuple[list[dict], dict]:
     """(examples {ids, labels}, counts of rows left out by reason)."""
     renderer = ToolMessageRenderer(tokenizer)
+    offered = {"python"} if config.agent.max_turns > 1 else set()
     out, skipped = [], {}
     for r in rows:
+        called = {c["name"] for m in r["messages"] for c in m.get("tool_calls") or []}
+        if called - offered:  # the agent loop would answer these calls with an error
+            skipped["calls_a_tool_not_offered"] = skipped.get("calls_a_tool_not_offered", 0) + 1
+            continue
         try:
             prompt, resp, mask = render(tokenizer, r["messages"], config.agent, renderer)
         except NotAgentShaped:

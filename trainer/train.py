@@ -24,6 +24,7 @@ import torch
 
 from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
+from pipeline.rollout.engines import close as close_engine
 from pipeline.sandbox import Sandbox
 from trainer.checkpoint import (
     plot,
@@ -52,6 +53,9 @@ class TrainConfig:
     grad_clip: float = 1.0
     eps_low: float = 0.20
     eps_high: float = 0.28
+    # token: every policy token of the batch weighs the same (GRPO-TCR, DAPO) | sequence: each
+    # response's mean token loss, averaged over responses (the original GRPO; bench/ablation.py)
+    loss_agg: str = "token"
     eps_high_end: float | None = (
         None  # linear schedule of eps_high over training (e.g. 0.35 -> 0.25)
     )
@@ -110,6 +114,7 @@ class TrainConfig:
             "entropy_band_adjusts": ("ent_coef", "beta"),
             "eps_high_schedule": (None, "paper"),
             "tool_bonus": ("capped", "paper"),
+            "loss_agg": ("token", "sequence"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -339,8 +344,10 @@ def update(
 
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     n_tokens = mask.sum()
+    n_seqs = torch.tensor(float(len(ids)), device=mask.device)  # sequence-level denominator
     if world > 1:
         dist.all_reduce(n_tokens)
+        dist.all_reduce(n_seqs)
     opt.zero_grad()
     metrics = []
     device_type = "cuda" if ids.is_cuda else "cpu"
@@ -379,6 +386,8 @@ def update(
             ent_coef,
             n_tokens=n_tokens.item(),
             is_weight=is_weight[micro] if is_weight is not None else None,
+            loss_agg=config.loss_agg,
+            n_seqs=n_seqs.item(),
         )
         (loss * world).backward()
         metrics.append(lm)
@@ -430,6 +439,12 @@ def train(
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(config.warmup_steps))
     rows = prompts if prompts is not None else load_prompts(config.dataset)
+    if not rows:
+        raise ValueError(
+            f"no RL prompts in {config.dataset or 'the prompts given'}: the dataset's rl/ split "
+            "is empty (its manifest says why: every labelled question was 0/K or K/K, or none "
+            "had a verifiable ground truth)"
+        )
     stream = Prompts(rows, config.seed + 1_000_003 * rank)
     start, ent_coef, beta = 0, config.ent_coef, config.beta
     if resume:
@@ -450,7 +465,7 @@ def train(
         from pipeline.rollout.engines import vllm_available
 
         backend = "vllm" if vllm_available() else "transformers"
-    if backend == "vllm":
+    if backend == "vllm" and start < config.steps:  # a finished run resumed starts no engine
         from pipeline.rollout.engines import VLLMEngine, push_weights
 
         engine = VLLMEngine(src, gpu_memory_utilization=config.vllm_gpu_memory, max_model_len=2048)
@@ -631,6 +646,9 @@ def train(
     finally:
         if sandbox is not None:
             sandbox.close()
+        # a colocated vLLM engine is shut down now: left to the garbage collector, its shutdown
+        # can run while the next engine of the process starts and tear down that one's groups
+        close_engine(engine)
     if rank == 0:
         _checkpoint(
             latest,

@@ -34,6 +34,25 @@ def _args(raw):
     return orjson.loads(raw) if isinstance(raw, str) else raw
 
 
+def _merged(messages: list[dict]) -> list[dict]:
+    """Consecutive assistant messages as one turn when all but the last have no calls (ShareGPT
+    writes a thought as a ``gpt`` turn and the call as the next ``function_call`` turn; the
+    policy writes them as one turn: text, then the call)."""
+    out: list[dict] = []
+    for m in messages:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and m["role"] == prev["role"] == "assistant"
+            and not prev.get("tool_calls")
+        ):
+            text = "\n".join(t for t in (prev.get("content"), m.get("content")) if t)
+            out[-1] = {**m, "content": text}
+        else:
+            out.append(m)
+    return out
+
+
 def render(
     tokenizer,
     messages: list[dict],
@@ -42,7 +61,7 @@ def render(
 ) -> tuple[list[int], list[int], list[int]]:
     """(prompt ids, response ids, mask over the response: 1 = the policy's own tokens)."""
     renderer = renderer or ToolMessageRenderer(tokenizer)
-    rest = [m for m in messages if m["role"] != "system"]
+    rest = _merged([m for m in messages if m["role"] != "system"])
     if not rest or rest[0]["role"] != "user":
         raise NotAgentShaped("the conversation does not start with the user's question")
     prompt = prompt_ids(tokenizer, rest[0]["content"] or "", config)

@@ -1,0 +1,109 @@
+"""The ``evaluate`` flow: models (the SFT policy, a GRPO checkpoint, ...) on one held-out
+question set through the agent loop; every result lands in the lake's ``evals`` table, keyed by
+the model's weights and the evaluation's settings, so a rerun evaluates nothing twice."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import orjson
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.local_server import install as install_server_watchdog
+from flows.progress import report
+from pipeline.ids import digest
+from pipeline.lake import Lake
+from pipeline.rollout.agent import AgentConfig
+from pipeline.rollout.engines import Sampling
+
+install_server_watchdog()
+
+
+def eval_key(model: str, eval_set: str, k: int, agent: AgentConfig, sampling: Sampling) -> str:
+    from pipeline.label import model_revision
+
+    blob = {
+        "revision": model_revision(model),
+        "eval_set": eval_set,
+        "k": k,
+        "agent": asdict(agent),
+        "sampling": asdict(sampling),
+    }
+    return "eval-" + digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
+
+
+def held_out(lake: Lake, eval_set: str, limit: int | None) -> list[dict]:
+    """An evaluation set's questions in a stable order (``dataset`` or ``dataset/split``)."""
+    from pipeline.query import query, sql_string
+
+    name, _, split = eval_set.partition("/")
+    where = f"dataset = {sql_string(name)}" + (f" AND split = {sql_string(split)}" if split else "")
+    sql = (
+        "SELECT question_id, question, ground_truth, answer_type FROM valid_questions "
+        f"WHERE {where} AND ground_truth IS NOT NULL ORDER BY question_id"
+    )
+    return query(lake, sql).to_pylist()[:limit]
+
+
+@task(name="evaluate-model", cache_policy=NO_CACHE)
+def eval_model_task(
+    root: str,
+    model: str,
+    stage: str,
+    eval_set: str,
+    questions: list[dict],
+    k: int,
+    agent: AgentConfig,
+    sampling: Sampling,
+    backend: str,
+) -> dict:
+    from pipeline.evaluate import evaluate, record, recorded
+    from pipeline.rollout.engines import close, make_engine
+
+    lake = Lake(root)
+    key = eval_key(model, eval_set, k, agent, sampling)
+    done = recorded(lake, key)
+    if done is not None:
+        return done | {"state": "Cached"}
+    engine = make_engine(model, backend)
+    try:
+        result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
+    finally:
+        close(engine)
+    record(lake, result, model, stage, eval_set, eval_id=key)
+    return result | {"state": "Completed"}
+
+
+@flow(name="evaluate")
+def eval_flow(
+    models: list[tuple[str, str]],
+    eval_set: str,
+    lake: str | None = None,
+    k: int = 8,
+    limit: int | None = None,
+    agent: AgentConfig | None = None,
+    sampling: Sampling | None = None,
+    backend: str = "auto",
+) -> dict:
+    """avg@k, maj@k, pass@k of each (model folder, stage) on ``eval_set``, into ``evals``."""
+    lk = Lake(lake)
+    questions = held_out(lk, eval_set, limit)
+    if not questions:
+        raise ValueError(f"no questions with a ground truth for evaluation set {eval_set!r}")
+    agent, sampling = agent or AgentConfig(), sampling or Sampling()
+    rows = []
+    for model, stage in models:
+        report("stage", f"eval {stage}")
+        r = eval_model_task(lk.root, model, stage, eval_set, questions, k, agent, sampling, backend)
+        rows.append({"stage": stage, "model": model} | r)
+    metrics = [m for m in rows[0] if "@" in m]
+    lines = [f"# Evaluation on {eval_set}", "", "| stage | " + " | ".join(metrics) + " |"]
+    lines += ["|---|" + "---|" * len(metrics)]
+    lines += [
+        f"| {r['stage']} | " + " | ".join(f"{r[m]:.3f}" for m in metrics) + " |" for r in rows
+    ]
+    create_markdown_artifact(key="evaluation", markdown="\n".join(lines), description=eval_set)
+    state = "Cached" if all(r["state"] == "Cached" for r in rows) else "Completed"
+    return {"eval_set": eval_set, "questions": len(questions), "rows": rows, "state": state}

@@ -1,7 +1,8 @@
 """The paper's claims in miniature, on the nano setup: GRPO-TCR against plain GRPO, and
 model-aware filtering against the unfiltered question pool, same seeds, several seeds.
 
-    python bench/ablation.py [--seeds 3] [--steps 40] [--eval-every 10] [--policy SFT_DIR]
+    python bench/ablation.py [--seeds 3] [--steps 40] [--eval-every 10] [--minibatches 2]
+                             [--policy SFT_DIR]
 
 1. An SFT policy: ``--policy`` (e.g. the main job's ``data/lake/runs/sft-*/checkpoint-latest``),
    or the nano policy trained here from scratch on solver trajectories (``--levels``).
@@ -105,6 +106,7 @@ def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base
             out=str(out),
             steps=end,
             prompts_per_step=args.prompts,
+            minibatches=args.minibatches,
             group_size=8,
             lr=args.lr,
             warmup_steps=5,
@@ -139,6 +141,9 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-4)
+    # optimizer steps per rollout batch: with 1 the update is on-policy (ratio 1) and no clip,
+    # low or high, ever acts; 2 makes the second step off-policy, where eps_high matters
+    ap.add_argument("--minibatches", type=int, default=2)
     ap.add_argument("--pool", type=int, default=400)
     ap.add_argument("--held-out", type=int, default=40)
     ap.add_argument("--target-gain", type=float, default=0.05)

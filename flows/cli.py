@@ -15,6 +15,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # The first start of the local server migrates a fresh database: allow it more than the 20 s default.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# vLLM must not reconfigure logging under Prefect's handlers (a deadlock: rollout/engines.py)
+os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 
 import orjson  # noqa: E402
 import typer  # noqa: E402
@@ -1003,6 +1005,10 @@ def main() -> None:
         )
     )
     signal.signal(signal.SIGTERM, _on_sigterm)
+    import logging
+
+    # vLLM's start-up warnings (no tcmalloc, thread binding, ...) say nothing a user acts on
+    logging.getLogger("vllm").setLevel(os.environ.get("FLOW_VLLM_LOG_LEVEL", "ERROR"))
     try:
         app()
     except BaseException as e:

@@ -163,3 +163,18 @@ def test_exports_load_with_hugging_face_datasets(built):
     )
     info = json.loads((ex / "dataset_info.json").read_text())
     assert info["shared"]["formatting"] == "sharegpt"
+
+
+def test_a_format_without_a_recorded_outcome_is_judged_against_the_ground_truth():
+    """Hermes and ShareGPT record no outcome: the final answer is verified against the
+    question's ground truth, so right answers reach the SFT split and wrong ones do not."""
+    from pipeline.profile import features
+
+    msgs = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "\\boxed{4}"}]
+    right = features(msgs, "\\boxed{4}", None, None, "4", "integer")
+    wrong = features(msgs, "\\boxed{5}", None, None, "4", "integer")
+    assert right["correct"] and right["verified_outcome"]
+    assert not wrong["correct"] and wrong["verified_outcome"]
+    recorded = features(msgs, "\\boxed{5}", True, None, "4", "integer")  # a recorded verdict wins
+    assert recorded["correct"] and not recorded["verified_outcome"]
+    assert not features(msgs, "\\boxed{4}", None, None)["correct"]  # nothing to judge by

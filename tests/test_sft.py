@@ -191,3 +191,19 @@ def test_what_cannot_be_an_episode_is_named_and_a_trailing_result_is_left_out(ti
         render(tok, [*done[:3], {"role": "user", "content": "more?"}, done[1]], NANO_AGENT)
     with pytest.raises(NotAgentShaped, match="start with the user"):
         render(tok, done[1:], NANO_AGENT)
+
+
+def test_a_thought_then_a_call_in_two_messages_renders_as_one_turn(tiny_model):
+    """ShareGPT writes the thought as a `gpt` turn and the call as the next `function_call`
+    turn; the policy writes both in one turn, so SFT renders them as one."""
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    call = {"id": "c", "name": "python", "arguments": '{"code": "print(2)"}'}
+    split_turn = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "Let me check."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "2\n", "tool_call_id": "c"},
+        {"role": "assistant", "content": "\\boxed{2}"},
+    ]
+    one_turn = [split_turn[0], {**split_turn[2], "content": "Let me check."}, *split_turn[3:]]
+    assert render(tok, split_turn, NANO_AGENT) == render(tok, one_turn, NANO_AGENT)

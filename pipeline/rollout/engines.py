@@ -241,6 +241,10 @@ class VLLMEngine:
     ):
         import torch
 
+        # vLLM's own logging set-up (logging.config.dictConfig) flushes the handlers installed
+        # before it: under Prefect that flush waits on Prefect's log worker while dictConfig
+        # holds the logging lock the worker needs, and the run hangs for good (seen in flow run)
+        os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
         if not torch.cuda.is_available():  # vLLM's CPU build (docs: ENVIRONMENT, labelling.md)
             # an in-process engine: starts 4x faster, and needs no __main__ guard in the caller
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

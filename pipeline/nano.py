@@ -20,24 +20,13 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.rollout.agent import PYTHON_TOOL
 from pipeline.sandbox import Sandbox
 
 EVAL_SET = "nano_eval"  # the held-out pool's dataset name (registered as an evaluation set)
 TRAIN_POOL = "nano_arith"
 BEHAVIOURS = ("direct", "recovery", "verify", "wrong")
 SOLVER = "nano-solver"
-PYTHON_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "python",
-        "description": "Run Python code in a sandbox; returns what it prints.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string"}},
-            "required": ["code"],
-        },
-    },
-}
 
 
 @dataclass(frozen=True)

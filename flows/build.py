@@ -56,6 +56,7 @@ def build_flow(
     tool_arguments: str = "dict",
     keep_source_system_prompts: bool = False,
     system_prompt: str | None = SYSTEM,
+    label_revision: str | None = None,
 ) -> dict:
     """Publish ``datasets/<name>/v<N>`` from the labelled, deduplicated, validated lake."""
     lk = Lake(lake)
@@ -65,6 +66,7 @@ def build_flow(
         label_source=label_source,
         keep_source_system_prompts=keep_source_system_prompts,
         system_prompt=system_prompt,
+        label_revision=label_revision,
         exports=ExportConfig(tool_arguments=tool_arguments),
     )
     report("stage", "build")

@@ -889,8 +889,10 @@ def run(
                 status.update(f"ingest {files['n']}/{files['total']} files")
             elif event == "label":
                 status.update(f"label {payload['done']}/{payload['total']} questions")
-            elif event in ("sft", "train") and "loss" in payload:
-                status.update(f"{event} step {payload['step']}: loss {payload['loss']:.3f}")
+            elif event == "sft" and "loss" in payload:
+                status.update(f"sft step {payload['step']}: loss {payload['loss']:.3f}")
+            elif event == "train" and "accuracy" in payload:
+                status.update(f"train step {payload['step']}: accuracy {payload['accuracy']:.3f}")
 
         set_hook(hook)
         if labels == "live":
@@ -905,7 +907,8 @@ def run(
                     "recorded attempts (as `flow run --labels recorded`). Install bubblewrap "
                     "(`make sandbox`) for the whole mission."
                 )
-                labels, until = "recorded", None
+                labels = "recorded"
+                until = until if until in STAGES else None  # the data stages, up to `until`
         mission = None
         if labels == "live":
             mission = MissionConfig.quick() if quick else MissionConfig()

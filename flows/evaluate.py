@@ -21,12 +21,23 @@ from pipeline.rollout.engines import Sampling
 install_server_watchdog()
 
 
-def eval_key(model: str, eval_set: str, k: int, agent: AgentConfig, sampling: Sampling) -> str:
+def eval_key(
+    model: str,
+    eval_set: str,
+    questions: list[dict],
+    k: int,
+    agent: AgentConfig,
+    sampling: Sampling,
+    backend: str,
+) -> str:
+    """The model's weights, the very questions and every setting of the evaluation."""
     from pipeline.label import model_revision
 
     blob = {
         "revision": model_revision(model),
         "eval_set": eval_set,
+        "questions": sorted(q["question_id"] for q in questions),
+        "backend": backend,
         "k": k,
         "agent": asdict(agent),
         "sampling": asdict(sampling),
@@ -63,7 +74,7 @@ def eval_model_task(
     from pipeline.rollout.engines import close, make_engine
 
     lake = Lake(root)
-    key = eval_key(model, eval_set, k, agent, sampling)
+    key = eval_key(model, eval_set, questions, k, agent, sampling, backend)
     done = recorded(lake, key)
     if done is not None:
         return done | {"state": "Cached"}

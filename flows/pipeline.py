@@ -12,6 +12,7 @@ reason."""
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from flows.mission import MissionConfig
 from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
+from pipeline.label import model_revision
 from pipeline.lake import Lake, resolve_root
 from pipeline.nano import EVAL_SET
 from pipeline.report import conservation, write_report
@@ -198,7 +200,12 @@ def pipeline_flow(
         elif stage == "label":
             _stage(stage, label_flow, results, rows, lake=root, policy=policy, k=k)
         elif stage == "build":
-            manifest = _stage(stage, build_flow, results, rows, lake=root, name=dataset)
+            # the labels this run stands for: a policy's rollouts, else the recorded attempts
+            # (never the live labels an earlier mission left in the lake)
+            source = "rollouts" if policy else "recorded"
+            manifest = _stage(
+                stage, build_flow, results, rows, lake=root, name=dataset, label_source=source
+            )
         elif stage == "train":
             from flows.train import train_flow
 
@@ -325,6 +332,7 @@ def _mission(
                 agent=agent,
             )
         elif stage == "build":
+            policy = policy or latest_sft(lk)
             manifest = _stage(
                 stage,
                 build_flow,
@@ -333,6 +341,8 @@ def _mission(
                 lake=root,
                 name=dataset,
                 system_prompt=agent.system_prompt,
+                label_source="rollouts",
+                label_revision=model_revision(policy),  # this policy's pass rates only
             )
         elif stage == "train":
             policy = policy or latest_sft(lk)
@@ -352,7 +362,8 @@ def _mission(
                 rows,
                 dataset=path,
                 model=policy,
-                out=f"{root}/runs/{dataset}-{path.rstrip('/').rsplit('/', 1)[-1]}-grpo",
+                out=f"{root}/runs/{dataset}-{path.rstrip('/').rsplit('/', 1)[-1]}-grpo-"
+                + _train_key(policy, mission),
                 steps=mission.train_steps,
                 prompts_per_step=mission.prompts_per_step,
                 group_size=mission.group_size,
@@ -363,6 +374,17 @@ def _mission(
                 options={"temperature": mission.temperature} | mission.train_options,
             )
         elif stage == "eval":
+            from flows.evaluate import held_out
+
+            if not held_out(lk, mission.eval_set, 1):
+                why = (
+                    f"eval skipped: the lake has no questions of the evaluation set "
+                    f"{mission.eval_set!r} (ingest a held-out pool with `flow ingest PATH "
+                    f"--eval-set {mission.eval_set}`)"
+                )
+                results.setdefault("mission", {"warnings": []})["warnings"].append(why)
+                rows[stage] = {"state": "Skipped", "seconds": 0.0, "reason": why}
+                continue
             policy = policy or latest_sft(lk)
             models = [(policy, "sft")]
             if "train" in results:
@@ -382,6 +404,33 @@ def _mission(
                 backend=mission.backend,
             )
     return _finish(lk, dataset, manifest, results, rows, write_run_report)
+
+
+def _train_key(policy: str, mission: MissionConfig) -> str:
+    """A GRPO run folder per (starting weights, training settings): a finished run with the
+    same key is resumed (nothing to do); another policy or lr starts its own run."""
+    import orjson
+
+    from pipeline.ids import digest
+
+    blob = {
+        "revision": model_revision(policy),
+        "agent": asdict(mission.agent),
+        "train": {
+            k: getattr(mission, k)
+            for k in (
+                "train_steps",
+                "prompts_per_step",
+                "group_size",
+                "lr",
+                "temperature",
+                "max_tokens",
+                "train_backend",
+                "train_options",
+            )
+        },
+    }
+    return digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
 
 
 def _finish(

@@ -25,7 +25,7 @@ from pipeline.charts import pyramid_png
 from pipeline.exports import ExportConfig
 from pipeline.lake import PARQUET_OPTIONS, Lake
 from pipeline.profile import SFTConfig, features, keep_for_sft
-from pipeline.query import query
+from pipeline.query import query, sql_string
 from pipeline.rollout.agent import SYSTEM
 from pipeline.select import SelectConfig, entropy, select
 from schemas import RL_ROWS, SCHEMA_VERSION, SFT_ROWS
@@ -41,6 +41,9 @@ class BuildConfig:
     select: SelectConfig = field(default_factory=SelectConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     label_source: str | None = None  # recorded | rollouts (default: rollouts if any, else recorded)
+    # rollouts of this policy revision only (pipeline.label.model_revision); None: every
+    # revision's rollouts are summed (one policy labelled the lake)
+    label_revision: str | None = None
     shard_rows: int = 50_000
     # One system prompt for the whole dataset: every RL prompt and every SFT conversation starts
     # with it (None: no system message). keep_source_system_prompts keeps each trajectory's own
@@ -61,7 +64,7 @@ def check_name(name: str) -> str:
 RL_ITEMS = """
 WITH lab AS (
   SELECT question_id, label_source, sum(n_correct) AS n_correct, sum(k) AS k
-  FROM labels WHERE label_source = '{source}' GROUP BY ALL),
+  FROM labels WHERE label_source = '{source}' {revision} GROUP BY ALL),
 traj AS (
   SELECT c.representative_id AS question_id, avg(t.num_tool_calls) AS calls
   FROM valid_trajectories t JOIN dedup_clusters c ON c.scope = 'question' AND c.member_id = t.question_id GROUP BY 1),
@@ -176,7 +179,10 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         source = "rollouts" if "rollouts" in have else "recorded"
     if source not in ("recorded", "rollouts"):
         raise ValueError(f"label_source must be recorded or rollouts, not {source!r}")
-    items = query(lake, RL_ITEMS.format(source=source)).to_pylist()
+    revision = ""
+    if source == "rollouts" and config.label_revision:
+        revision = f"AND revision = {sql_string(config.label_revision)}"
+    items = query(lake, RL_ITEMS.format(source=source, revision=revision)).to_pylist()
     sel = select(items, config.select)
     rl_rows = [{k: r.get(k) for k in RL_ROWS.names} for r in sel.rows]
 
@@ -191,7 +197,7 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
 
     histogram = query(
         lake,
-        f"SELECT round(pass_rate, 3) AS pass_rate, count(*) AS questions FROM labels WHERE label_source = '{source}' GROUP BY 1 ORDER BY 1",
+        f"SELECT round(pass_rate, 3) AS pass_rate, count(*) AS questions FROM labels WHERE label_source = '{source}' {revision} GROUP BY 1 ORDER BY 1",
     ).to_pylist()
     files["pyramid.png"] = pyramid_png(
         {"rows": len(rl_rows), "targets": sel.report["targets"], "pyramid": sel.report["pyramid"]},

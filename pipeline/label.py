@@ -47,7 +47,7 @@ class LabelConfig:
     )
     agent: AgentConfig = field(default_factory=AgentConfig)
     batch_questions: int = 32  # questions per checkpointed part
-    limit: int | None = None  # label at most this many questions (smoke runs)
+    limit: int | None = None  # at most this many questions labelled per policy and config
     include_eval: bool = False  # also label questions that belong to evaluation sets
 
     def config_json(self) -> str:
@@ -144,7 +144,9 @@ def rollout_labels(
     qs = query(
         lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
     ).to_pylist()
-    todo = [q for q in qs if q["question_id"] not in done][: config.limit]
+    todo = [q for q in qs if q["question_id"] not in done]
+    if config.limit is not None:  # at most `limit` questions labelled for this policy and config
+        todo = todo[: max(0, config.limit - len(done & {q["question_id"] for q in qs}))]
     stats = {
         "questions": len(qs),
         "already_labelled": len(done & {q["question_id"] for q in qs}),

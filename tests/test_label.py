@@ -78,7 +78,9 @@ def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
         assert json.loads(r["messages"])[1]["role"] == "user"
     labels = query(lake, "SELECT * FROM labels WHERE label_source = 'rollouts'").to_pylist()
     assert len(labels) == 4 and all(x["k"] == 8 and 0 <= x["pass_rate"] <= 1 for x in labels)
-    second = label(lake, cfg)  # resumes: the 4 done questions are skipped, 4 new ones labelled
+    assert label(lake, cfg)["labelled_now"] == 0  # the limit is a cap per policy and config
+    cfg.limit = 8  # resumes: the 4 done questions are skipped, 4 new ones labelled
+    second = label(lake, cfg)
     assert second["already_labelled"] == 4 and second["labelled_now"] == 4
     assert (
         query(

@@ -114,11 +114,16 @@ def test_the_dataset_comes_from_those_pass_rates_and_training_and_eval_are_recor
     rl = manifest["rl"]
     assert rl["label_source"] == "rollouts" and rl["rows"] > 0
     assert sum(rl["selected"].values()) == rl["rows"]
+    assert (
+        manifest["config"]["label_revision"]
+        == _q(lake, "SELECT DISTINCT revision FROM labels")[0]["revision"]
+    )
     assert {r["question_id"] for r in _rl_rows(cwd)} <= {
         r["question_id"]
         for r in _q(lake, "SELECT question_id FROM labels WHERE n_correct > 0 AND n_correct < k")
     }
-    metrics = (cwd / "data/lake/runs/demo-v1-grpo/metrics.jsonl").read_text().splitlines()
+    (run,) = (cwd / "data/lake/runs").glob("demo-v1-grpo-*")  # keyed on weights and settings
+    metrics = (run / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 6
     evals = _q(
         lake,

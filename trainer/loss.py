@@ -62,7 +62,8 @@ def grpo_tcr_loss(
         l_t = l_t - ent_coef * entropy
     if loss_agg == "sequence":  # mean over each response's tokens, then over responses
         per_seq = (l_t * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)  # [B]
-        loss = per_seq.sum() / torch.as_tensor(n_seqs or len(per_seq), dtype=logp.dtype)
+        rows = n_seqs if n_seqs is not None else (mask.sum(dim=1) > 0).sum()
+        loss = per_seq.sum() / torch.as_tensor(rows, dtype=logp.dtype).clamp(min=1)
     else:  # token-level: sum over all policy tokens / their count
         loss = (l_t * mask).sum() / n.clamp(min=1)
 

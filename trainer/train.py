@@ -344,7 +344,7 @@ def update(
 
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     n_tokens = mask.sum()
-    n_seqs = torch.tensor(float(len(ids)), device=mask.device)  # sequence-level denominator
+    n_seqs = (mask.sum(dim=1) > 0).sum().to(mask.dtype)  # sequence level: rows with policy tokens
     if world > 1:
         dist.all_reduce(n_tokens)
         dist.all_reduce(n_seqs)

@@ -99,6 +99,7 @@ def wait_gone(pid: int, seconds: float = 5.0) -> list[str]:
 
 def run(lake: Path, inputs: str, env: dict, policy: str | None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "flows.cli", "run", "--lake", str(lake), "--inputs", inputs]
+    cmd += ["--data-only"]  # the data stages (the kill -9 harness measures those)
     if policy:
         cmd += ["--policy", policy]
     return subprocess.Popen(

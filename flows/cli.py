@@ -831,13 +831,14 @@ def run(
     address: Annotated[
         str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
     ] = None,
-    labels: Annotated[
-        str,
+    data_only: Annotated[
+        bool,
         typer.Option(
-            help="live: the whole mission (sft, K live rollouts of the SFT policy, build, "
-            "GRPO-TCR, eval) | recorded: the data stages only, pass rates from recorded attempts."
+            help="Only the data stages (ingest ... build), labelled from recorded attempts, or "
+            "from --policy's live rollouts; default: the whole mission (sft, live labels of the "
+            "SFT policy, build, GRPO-TCR, eval)."
         ),
-    ] = "live",
+    ] = False,
     until: Annotated[
         str | None,
         typer.Option(
@@ -862,9 +863,7 @@ def run(
 
     if runner not in RUNNERS:
         raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
-    if labels not in ("live", "recorded"):
-        raise typer.BadParameter("live | recorded", param_hint="--labels")
-    known = MISSION_STAGES if labels == "live" else STAGES
+    known = STAGES if data_only else MISSION_STAGES
     if until is not None and until not in known:
         raise typer.BadParameter(f"one of {', '.join(known)}", param_hint="--until")
     if policy and not Path(policy).is_dir():
@@ -895,7 +894,7 @@ def run(
                 status.update(f"train step {payload['step']}: accuracy {payload['accuracy']:.3f}")
 
         set_hook(hook)
-        if labels == "live":
+        if not data_only:
             from pipeline.sandbox import SandboxUnavailable, run_python
 
             try:
@@ -904,13 +903,13 @@ def run(
                 err.print(
                     f"[yellow]warning:[/yellow] the sandbox is unavailable ({esc(e)}); the mission "
                     "runs model code, so this run does the data stages only, labelling from "
-                    "recorded attempts (as `flow run --labels recorded`). Install bubblewrap "
+                    "recorded attempts (as `flow run --data-only`). Install bubblewrap "
                     "(`make sandbox`) for the whole mission."
                 )
-                labels = "recorded"
+                data_only = True
                 until = until if until in STAGES else None  # the data stages, up to `until`
         mission = None
-        if labels == "live":
+        if not data_only:
             mission = MissionConfig.quick() if quick else MissionConfig()
         try:
             out = pipeline_flow(

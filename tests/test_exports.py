@@ -413,7 +413,13 @@ def test_one_system_prompt_for_the_whole_dataset(demo):
     assert {r["system"] for r in lf} == {SYSTEM}
     kept = build(lake, BuildConfig(name="demo-own-prompts", keep_source_system_prompts=True))
     own = _sql(f"SELECT messages, source_system_prompt FROM '{kept['path']}/sft/*.parquet'")
-    assert all(r["messages"][0]["content"] == r["source_system_prompt"] for r in own)
+    for r in own:  # each its own: the source's prompt, or none (ShareGPT records have none)
+        first = r["messages"][0]
+        if r["source_system_prompt"] is None:
+            assert first["role"] == "user"
+        else:
+            assert first == {**first, "role": "system", "content": r["source_system_prompt"]}
+    assert any(r["source_system_prompt"] is None for r in own)
 
 
 def test_rl_rows_carry_the_representatives_lineage(demo):

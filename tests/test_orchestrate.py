@@ -173,7 +173,17 @@ def test_served_deployments_register_and_a_triggered_run_completes(harness, demo
 
 def _flow_run(lake: Path, demo: str, api_url: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "run", "--lake", str(lake), "--inputs", demo],
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "run",
+            "--lake",
+            str(lake),
+            "--inputs",
+            demo,
+            "--data-only",
+        ],
         env=os.environ | {"PREFECT_API_URL": api_url, "SOURCE_DATE_EPOCH": EPOCH},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -232,7 +242,17 @@ def test_two_runs_at_once_on_one_lake_neither_corrupt_nor_duplicate(
 
     lake = tmp_path / "lake"
     env = os.environ | {"PREFECT_API_URL": PREFECT_API_URL.value(), "SOURCE_DATE_EPOCH": EPOCH}
-    cmd = [sys.executable, "-m", "flows.cli", "run", "--lake", str(lake), "--inputs", demo]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "run",
+        "--lake",
+        str(lake),
+        "--inputs",
+        demo,
+        "--data-only",
+    ]
     procs = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for _ in range(2)

@@ -105,11 +105,11 @@ def test_cli_ingest_query_json_and_show(tmp_path, shared):
 
 
 def test_flow_run_data_stages_on_the_demo(tmp_path, monkeypatch, tiny_model):
-    """`flow run --labels recorded`: the data stages on the demo corpus (the whole mission on
+    """`flow run --data-only`: the data stages on the demo corpus (the whole mission on
     its defaults is tests/test_mission.py)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("FLOW_LAKE", raising=False)
-    res = runner.invoke(app, ["run", "--labels", "recorded"])
+    res = runner.invoke(app, ["run", "--data-only"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "data/demo").is_dir() and (
         tmp_path / "data/lake/tables/trajectories"
@@ -157,7 +157,7 @@ def test_flow_run_data_stages_on_the_demo(tmp_path, monkeypatch, tiny_model):
         and (tmp_path / "data/lake/datasets/demo/v1/manifest.json").exists()
     )
     assert (tmp_path / "data/lake/datasets/demo/v1/pyramid.png").read_bytes()[:4] == b"\x89PNG"
-    again = runner.invoke(app, ["run", "--labels", "recorded"])
+    again = runner.invoke(app, ["run", "--data-only"])
     assert "new files=0, records read=0" in again.output
     assert again.output.count("Cached") == 4  # validate, dedup, label, build: no stage work
     assert "dataset=demo v1 (unchanged)" in again.output  # nothing new: no new version

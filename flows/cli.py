@@ -615,15 +615,11 @@ def train(
 
 
 def eval_questions(lake: str | None, dataset: str, limit: int | None) -> list[dict]:
-    """Held-out questions of one lake dataset (e.g. aime2024), in a stable order."""
-    from pipeline.query import query as run_query
-    from pipeline.query import sql_string
+    """Held-out questions of one lake dataset (e.g. aime2024), in a stable order: the
+    evaluate flow's own selection (those with a ground truth to verify against)."""
+    from flows.evaluate import held_out
 
-    sql = (
-        "SELECT question_id, question, ground_truth, answer_type FROM valid_questions "
-        f"WHERE dataset = {sql_string(dataset)} ORDER BY question_id"
-    )
-    return run_query(Lake(lake), sql).to_pylist()[:limit]
+    return held_out(Lake(lake), dataset, limit)
 
 
 @app.command(name="eval")

@@ -352,8 +352,7 @@ def _mission(
                     f"train skipped: {path} has no RL rows (every labelled question was 0/K or "
                     "K/K for this policy; see the pass-rate histogram)"
                 )
-                results.setdefault("mission", {"warnings": []})["warnings"].append(why)
-                rows[stage] = {"state": "Skipped", "seconds": 0.0, "reason": why}
+                _skipped(stage, why, results, rows)
                 continue
             _stage(
                 stage,
@@ -382,8 +381,7 @@ def _mission(
                     f"{mission.eval_set!r} (ingest a held-out pool with `flow ingest PATH "
                     f"--eval-set {mission.eval_set}`)"
                 )
-                results.setdefault("mission", {"warnings": []})["warnings"].append(why)
-                rows[stage] = {"state": "Skipped", "seconds": 0.0, "reason": why}
+                _skipped(stage, why, results, rows)
                 continue
             policy = policy or latest_sft(lk)
             models = [(policy, "sft")]
@@ -404,6 +402,12 @@ def _mission(
                 backend=mission.backend,
             )
     return _finish(lk, dataset, manifest, results, rows, write_run_report)
+
+
+def _skipped(stage: str, why: str, results: dict, rows: dict) -> None:
+    """A mission stage with nothing to work on: its row says why, and so do the warnings."""
+    results.setdefault("mission", {"warnings": []})["warnings"].append(why)
+    rows[stage] = {"state": "Skipped", "seconds": 0.0, "reason": why}
 
 
 def _train_key(policy: str, mission: MissionConfig) -> str:

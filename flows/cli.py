@@ -388,24 +388,48 @@ def label(
     backend: Annotated[str, typer.Option(help="auto | vllm | transformers")] = "auto",
     limit: Annotated[int | None, typer.Option(help="Label at most this many questions.")] = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens per assistant turn.")] = 512,
+    engines: Annotated[
+        int,
+        typer.Option(help="Engines labelling shards of the questions at once (one per GPU)."),
+    ] = 1,
+    runner: Annotated[
+        str,
+        typer.Option(help="Where the engines run (with --engines > 1): processes | dask | ray."),
+    ] = "processes",
+    address: Annotated[
+        str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
+    ] = None,
 ) -> None:
     """Difficulty labels: pass rate k/K per unique question."""
     from flows.label import label_flow
+    from flows.runners import RUNNERS, task_runner
 
     if policy and not Path(policy).is_dir():
         raise typer.BadParameter(
             f"{policy} is not a model folder (hub names need the network; download first)",
             param_hint="--policy",
         )
+    if engines < 1:
+        raise typer.BadParameter("at least 1", param_hint="--engines")
+    if runner not in RUNNERS:
+        raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
+    if engines > 1 and not policy:
+        raise typer.BadParameter(
+            "engines label live rollouts: give --policy", param_hint="--engines"
+        )
+    fl = label_flow
+    if engines > 1:  # one worker per engine
+        fl = label_flow.with_options(task_runner=task_runner(runner, engines, address))
     _upstream(lake, "label")
     with console.status("labelling…"):
-        out = label_flow(
+        out = fl(
             lake=resolve_root(lake),
             policy=policy,
             k=k,
             backend=backend,
             limit=limit,
             max_tokens=max_tokens,
+            engines=engines,
         )
     _print_label(out)
 

@@ -1,14 +1,21 @@
 """The ``label`` flow: recorded pass rates by default, live rollouts when a policy is given
-(retried when the engine fails to start), with an artifact of the pass-rate histogram."""
+(retried when the engine fails to start), with an artifact of the pass-rate histogram.
+
+``engines=N`` shards the questions over N engines, one ``label-shard`` task each, mapped over
+the flow's task runner (``processes``, ``dask`` or ``ray`` put each engine in its own worker
+process; on a GPU machine shard i gets GPU i mod the GPU count). Each shard checkpoints its own
+batches, so a killed run resumes shard by shard."""
 
 from __future__ import annotations
+
+import os
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
-from pipeline.label import LabelConfig, label, pass_rate_histogram
+from pipeline.label import LabelConfig, label, pass_rate_histogram, planned, shards
 from pipeline.lake import Lake
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
@@ -25,6 +32,51 @@ def label_task(root: str, config: LabelConfig, fingerprint: str, code: str) -> d
     return stats | {"_owns": owned_fingerprint(lake, "label")}
 
 
+@task(name="label-shard", **RETRIES)
+def label_shard_task(
+    root: str, config: LabelConfig, shard: int, question_ids: list[str], gpu: int | None
+) -> dict:
+    """One engine's share of the plan. ``gpu``: this shard's device on a GPU machine (unless
+    the runner already chose one, as Ray does for a task that asks for a GPU)."""
+    if gpu is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    lake = Lake(root)
+    on_batch = lambda done, total: report(f"label shard {shard}", {"done": done, "total": total})  # noqa: E731
+    return label(lake, config, on_batch=on_batch, only=question_ids) | {"shard": shard}
+
+
+def _sharded(lk: Lake, config: LabelConfig, engines: int) -> tuple[dict, str]:
+    """Plan once, label the shards in parallel, add their counts up."""
+    todo, stats = planned(lk, config)
+    stats |= {"labelled_now": 0, "episodes": 0, "engines": engines}
+    if not todo:
+        return stats, "Cached"  # nothing left to label for this policy and config
+    gpus = _gpu_count()
+    parts = shards(todo, engines)
+    futures = [
+        label_shard_task.submit(
+            lk.root, config, i, [q["question_id"] for q in part], i % gpus if gpus else None
+        )
+        for i, part in enumerate(parts)
+        if part
+    ]
+    for f in futures:
+        r = f.result()
+        stats["labelled_now"] += r["labelled_now"]
+        stats["episodes"] += r["episodes"]
+        stats["engine"] = r.get("engine")
+    return stats, "Completed"
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
 @flow(name="label")
 @locked
 def label_flow(
@@ -36,22 +88,30 @@ def label_flow(
     max_tokens: int = 512,
     temperature: float = 1.0,
     agent: AgentConfig | None = None,
+    engines: int = 1,
+    batch_questions: int = 32,
 ) -> dict:
     """Pass rates per unique question: recorded, or from K rollouts of ``policy`` through the
-    agent loop ``agent`` (default: the loop `flow train` uses)."""
+    agent loop ``agent`` (default: the loop `flow train` uses), on ``engines`` engines."""
+    if engines < 1:
+        raise ValueError(f"engines must be at least 1, got {engines}")
     lk = Lake(lake)
     config = LabelConfig(
         k=k,
         policy=policy,
         backend=backend,
         limit=limit,
+        batch_questions=batch_questions,
         sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
         **({"agent": agent} if agent is not None else {}),
     )
     report("stage", "label")
     log_upstream(lk, "label")
-    run = run_cached(label_task, "label", lk, config)
-    stats = {k: v for k, v in run.result.items() if k != "_owns"}
+    if engines > 1 and policy:
+        stats, state = _sharded(lk, config, engines)
+    else:
+        run = run_cached(label_task, "label", lk, config)
+        stats, state = {k: v for k, v in run.result.items() if k != "_owns"}, run.state
     hist = pass_rate_histogram(lk)
     lines = [
         "# Pass rates",
@@ -65,4 +125,4 @@ def label_flow(
     create_markdown_artifact(
         key="pass-rates", markdown="\n".join(lines), description=f"Labels in {lk.root}"
     )
-    return {"lake": lk.root, "state": run.state, "stats": stats, "histogram": hist}
+    return {"lake": lk.root, "state": state, "stats": stats, "histogram": hist}

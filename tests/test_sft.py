@@ -14,12 +14,10 @@ from pipeline.rollout.engines import Sampling, ScriptedEngine, TransformersEngin
 from pipeline.rollout.render import render
 from pipeline.sandbox import Sandbox
 from pipeline.verify import verify
+from tests.conftest import NANO_AGENT
 from trainer.sft import SFTTrainConfig, sft
 
 pytestmark = pytest.mark.usefixtures("sandbox_available")
-NANO_AGENT = AgentConfig(
-    max_turns=2, max_response_tokens=64, system_prompt=None, declare_tools=False, sandbox_workers=2
-)
 
 
 def _as_recorded(messages: list[dict]) -> list[dict]:
@@ -53,17 +51,6 @@ def test_sft_renders_the_ids_and_mask_the_agent_loop_produces(tiny_model, agent)
     assert e.tool_calls == 2 and e.finish_reason == "answer"
     prompt, ids, mask = render(tok, _as_recorded(e.messages), agent)
     assert (prompt, ids, mask) == (e.prompt_ids, e.response_ids, e.mask)
-
-
-@pytest.fixture(scope="module")
-def nano_sft(tmp_path_factory):
-    """The nano policy from scratch, SFT on 1,000 solver trajectories whose tool outputs came
-    from the sandbox: (checkpoint, SFT metrics)."""
-    out = tmp_path_factory.mktemp("nano-sft")
-    with Sandbox(NANO_AGENT.sandbox, 2) as box:
-        rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
-    hist = sft(SFTTrainConfig(out=str(out), steps=400, agent=NANO_AGENT), rows)
-    return out / "checkpoint-latest", hist
 
 
 def _questions(n: int, seed: int) -> list[dict]:

@@ -9,18 +9,28 @@ budget ``max_response_tokens`` is spent. Token ids are only ever concatenated: s
 are kept as sampled, and only the tool messages are tokenized. ``mask`` marks policy tokens (1)
 and tool/template tokens (0) over the response. Malformed calls and unknown tools are answered
 with an error message, counted, and the episode goes on.
+
+Episodes advance on their own (``schedule="async"``, the default on vLLM): the engine batches
+continuously, a turn that finishes goes straight to the tool pool while others keep generating,
+and a finished tool result goes straight back into the engine. At most ``max_inflight``
+requests are in the engine and ``tool_workers`` calls in the sandbox; the rest wait their turn
+(back-pressure), and a call stuck past the sandbox's time limit is killed there without
+holding up the other episodes. ``schedule="turns"`` keeps a barrier per turn.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
 import orjson
 
-from pipeline.rollout.engines import Sampling
+from pipeline.rollout.engines import Sampling, row_seed
+from pipeline.rollout.stepper import stepper
 from pipeline.sandbox import Sandbox, SandboxConfig, run_python
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
@@ -55,6 +65,10 @@ class AgentConfig:
     )
     tool_workers: int = 2  # tool calls run at once (each waits for a free sandbox worker)
     sandbox_workers: int = 2  # warm isolated interpreters (0: a fresh one per call, slow)
+    # how episodes share the engine: async (each advances on its own: a finished turn goes to
+    # the tools while others generate), turns (a barrier per turn), auto (async on vLLM)
+    schedule: str = "auto"
+    max_inflight: int = 256  # engine requests at once; more episodes wait their turn
 
 
 @dataclass
@@ -74,6 +88,8 @@ class Episode:
     malformed_calls: int = 0
     finish_reason: str = ""  # answer | max_turns | max_tokens | length
     done: bool = False
+    index: int = 0  # the question's position in its run (part of its sampling seed)
+    seconds: float = 0.0  # from the run's start to this episode's end
 
     @property
     def final_text(self) -> str:
@@ -168,10 +184,10 @@ def start_episodes(
     tokenizer, questions: list[tuple[str, str]], k: int, config: AgentConfig
 ) -> list[Episode]:
     episodes = []
-    for qid, question in questions:
+    for i, (qid, question) in enumerate(questions):
         ids = prompt_ids(tokenizer, question, config)
         messages = head_messages(question, config.system_prompt)
-        episodes += [Episode(qid, s, ids, messages=list(messages)) for s in range(k)]
+        episodes += [Episode(qid, s, ids, messages=list(messages), index=i) for s in range(k)]
     return episodes
 
 
@@ -203,13 +219,11 @@ def run_episodes(
     sampling: Sampling | None = None,
     sandbox: Sandbox | None = None,
 ) -> list[Episode]:
-    """K episodes per (question_id, question); every active episode advances one turn per call
-    to the engine, so the engine batches across questions, samples and turns. Tools run in
-    ``sandbox`` (the caller's, kept warm across calls) or in one started at the first tool call
-    and closed at the end."""
+    """K episodes per (question_id, question), in that order. Tools run in ``sandbox`` (the
+    caller's, kept warm across calls) or in one started at the first tool call and closed at
+    the end. ``config.schedule`` says how episodes share the engine (see ``AgentConfig``)."""
     config = config or AgentConfig()
     sampling = sampling or Sampling()
-    renderer = ToolMessageRenderer(tokenizer)
     episodes = start_episodes(tokenizer, questions, k, config)
     owned: list[Sandbox] = []
 
@@ -220,112 +234,156 @@ def run_episodes(
             owned.append(Sandbox(config.sandbox, config.sandbox_workers))
         return owned[0]
 
+    loop = _Loop(engine, ToolMessageRenderer(tokenizer), config, sampling, tools)
     try:
-        return _loop(engine, episodes, renderer, k, config, sampling, tools)
+        loop.run(episodes)
     finally:
         for box in owned:
             box.close()
-
-
-def _loop(engine, episodes, renderer, k, config, sampling, tools) -> list[Episode]:
-    first = True
-    with ThreadPoolExecutor(max_workers=max(1, config.tool_workers)) as pool:
-        while True:
-            active = [e for e in episodes if not e.done]
-            if not active:
-                break
-            if first:  # one prompt per question, n=k samples
-                heads = active[::k]
-                comps = engine.generate(
-                    [e.prompt_ids for e in heads], _budget(sampling, config, heads[0]), n=k
-                )
-                results = [c for group in comps for c in group]
-                first = False
-            else:  # per-episode budgets differ: one engine call per distinct budget
-                budgets: dict[int, list[Episode]] = {}
-                for e in active:
-                    budgets.setdefault(_remaining(e, config), []).append(e)
-                by_ep = {}
-                for _, group in sorted(budgets.items()):
-                    outs = engine.generate(
-                        [e.prompt_ids + e.response_ids for e in group],
-                        _budget(sampling, config, group[0]),
-                        n=1,
-                    )
-                    by_ep.update({id(e): o[0] for e, o in zip(group, outs, strict=True)})
-                results = [by_ep[id(e)] for e in active]
-            pending = []
-            for e, c in zip(active, results, strict=True):
-                e.turns += 1
-                e.response_ids += c.token_ids
-                e.mask += [1] * len(c.token_ids)
-                e.logprobs += (
-                    list(c.logprobs)
-                    if c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
-                    else [math.nan] * len(c.token_ids)
-                )
-                calls, bad = parse_calls(c.text, config.tool_format)
-                e.malformed_calls += bad
-                e.messages.append(
-                    {
-                        "role": "assistant",
-                        "content": c.text,
-                        "tool_calls": [x for x in calls if x.get("name")] or None,
-                    }
-                )
-                if c.finish_reason == "length":
-                    # a turn cut by the token limit still runs the tool calls it completed
-                    calls = [x for x in calls if "unterminated" not in x.get("error", "")]
-                if c.finish_reason == "length" and (not calls or _remaining(e, config) <= 0):
-                    e.done, e.finish_reason = (
-                        True,
-                        "max_tokens" if _remaining(e, config) <= 0 else "length",
-                    )
-                elif not calls:
-                    e.done, e.finish_reason = True, "answer"
-                elif e.turns >= config.max_turns:
-                    e.done, e.finish_reason = True, "max_turns"
-                else:
-                    pending.append((e, calls))
-            box = tools() if pending else None
-            jobs = [
-                (e, pool.submit(run_tool, call, config, box))
-                for e, calls in pending
-                for call in calls
-            ]
-            outputs: dict[int, list[str]] = {}
-            for e, fut in jobs:
-                out, is_error = fut.result()
-                e.tool_calls += 1
-                e.tool_errors += is_error
-                out = (
-                    out
-                    if len(out) <= config.max_tool_chars
-                    else out[: config.max_tool_chars] + "\n[truncated]"
-                )
-                e.messages.append({"role": "tool", "content": out})
-                outputs.setdefault(id(e), []).append(out)
-            for e, _ in pending:  # one turn's results together, as the template groups them
-                stop_id = getattr(engine, "stop_id", renderer.tokenizer.eos_token_id)
-                stopped = bool(e.response_ids) and e.response_ids[-1] == stop_id
-                ids = renderer.ids(outputs[id(e)], stopped=stopped)
-                e.response_ids += ids
-                e.mask += [0] * len(ids)
-                e.logprobs += [0.0] * len(ids)
-            for e, _ in pending:
-                if _remaining(e, config) <= 0:
-                    e.done, e.finish_reason = True, "max_tokens"
     return episodes
+
+
+def schedule_of(engine, config: AgentConfig) -> str:
+    """``auto``: asynchronous where the engine batches continuously (vLLM), turn by turn
+    where each step is a whole batch ``generate`` (transformers: many small batches would
+    cost more than the overlap saves)."""
+    if config.schedule != "auto":
+        return config.schedule
+    return "async" if getattr(engine, "name", "") == "vllm" else "turns"
+
+
+class _Loop:
+    """One run of episodes. Each episode is in exactly one place: ``ready`` (its next turn
+    waits for an engine slot), the engine, ``tool_queue`` (its calls wait for a tool slot), the
+    tool pool, or done. ``async`` moves an episode on as soon as its part is done; ``turns``
+    adds a barrier: nothing goes to the engine while any tool runs, and no tool runs while
+    anything generates (the old loop: all generate, then all tools, then all generate)."""
+
+    def __init__(self, engine, renderer, config: AgentConfig, sampling: Sampling, tools):
+        self.engine, self.renderer, self.config, self.sampling = engine, renderer, config, sampling
+        self.tools = tools
+        self.schedule = schedule_of(engine, config)
+        if self.schedule not in ("async", "turns"):
+            raise ValueError(f"unknown schedule {config.schedule!r} (auto | async | turns)")
+        if config.max_inflight < 1:
+            raise ValueError(f"max_inflight must be at least 1, got {config.max_inflight}")
+        self.stop_id = getattr(engine, "stop_id", renderer.tokenizer.eos_token_id)
+
+    def run(self, episodes: list[Episode]) -> None:
+        config, barrier = self.config, self.schedule == "turns"
+        engine = stepper(self.engine)
+        ready: deque[Episode] = deque(episodes)
+        tool_queue: deque[tuple[Episode, int, dict]] = deque()  # (episode, call index, call)
+        running: dict[Future, tuple[Episode, int]] = {}
+        generating: dict[int, Episode] = {}  # id(episode) -> episode, while in the engine
+        results: dict[int, list[str | None]] = {}  # id(episode) -> this turn's outputs
+        live = len(episodes)
+        t0 = time.monotonic()
+        pool = ThreadPoolExecutor(max_workers=max(1, config.tool_workers))
+        try:
+            while live:
+                # engine admission, bounded by max_inflight (the rest wait in `ready`)
+                if not barrier or not (running or tool_queue):
+                    while ready and engine.pending() < config.max_inflight:
+                        e = ready.popleft()
+                        generating[id(e)] = e
+                        engine.submit(
+                            id(e), e.prompt_ids + e.response_ids, self._budget(e), self._seed(e)
+                        )
+                # tool dispatch, bounded by tool_workers (the rest wait in `tool_queue`)
+                if not barrier or not engine.pending():
+                    while tool_queue and len(running) < max(1, config.tool_workers):
+                        e, i, call = tool_queue.popleft()
+                        box = self.tools()
+                        running[pool.submit(run_tool, call, config, box)] = (e, i)
+                if engine.pending():
+                    for key, comp in engine.step():
+                        e = generating.pop(key)
+                        calls = self._take_turn(e, comp)
+                        if e.done:
+                            live -= 1
+                            e.seconds = time.monotonic() - t0
+                            continue
+                        results[id(e)] = [None] * len(calls)
+                        tool_queue.extend((e, i, c) for i, c in enumerate(calls))
+                    finished = [f for f in running if f.done()]
+                elif running:  # nothing generates: wait for the first tool to come back
+                    finished = list(wait(running, return_when=FIRST_COMPLETED).done)
+                else:
+                    finished = []
+                for fut in finished:
+                    e, i = running.pop(fut)
+                    out, is_error = fut.result()
+                    e.tool_calls += 1
+                    e.tool_errors += is_error
+                    if len(out) > config.max_tool_chars:
+                        out = out[: config.max_tool_chars] + "\n[truncated]"
+                    results[id(e)][i] = out
+                    if all(r is not None for r in results[id(e)]):
+                        self._give_results(e, results.pop(id(e)))
+                        if e.done:
+                            live -= 1
+                            e.seconds = time.monotonic() - t0
+                        else:
+                            ready.append(e)
+        finally:
+            engine.abort()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _take_turn(self, e: Episode, c) -> list[dict]:
+        """Append a sampled turn; returns the calls to run (none when the episode ends)."""
+        config = self.config
+        e.turns += 1
+        e.response_ids += c.token_ids
+        e.mask += [1] * len(c.token_ids)
+        e.logprobs += (
+            list(c.logprobs)
+            if c.logprobs is not None and len(c.logprobs) == len(c.token_ids)
+            else [math.nan] * len(c.token_ids)
+        )
+        calls, bad = parse_calls(c.text, config.tool_format)
+        e.malformed_calls += bad
+        e.messages.append(
+            {
+                "role": "assistant",
+                "content": c.text,
+                "tool_calls": [x for x in calls if x.get("name")] or None,
+            }
+        )
+        if c.finish_reason == "length":
+            # a turn cut by the token limit still runs the tool calls it completed
+            calls = [x for x in calls if "unterminated" not in x.get("error", "")]
+        if c.finish_reason == "length" and (not calls or _remaining(e, config) <= 0):
+            e.done = True
+            e.finish_reason = "max_tokens" if _remaining(e, config) <= 0 else "length"
+        elif not calls:
+            e.done, e.finish_reason = True, "answer"
+        elif e.turns >= config.max_turns:
+            e.done, e.finish_reason = True, "max_turns"
+        return [] if e.done else calls
+
+    def _give_results(self, e: Episode, outputs: list[str]) -> None:
+        """One turn's results together, as the template groups them."""
+        e.messages += [{"role": "tool", "content": out} for out in outputs]
+        stopped = bool(e.response_ids) and e.response_ids[-1] == self.stop_id
+        ids = self.renderer.ids(outputs, stopped=stopped)
+        e.response_ids += ids
+        e.mask += [0] * len(ids)
+        e.logprobs += [0.0] * len(ids)
+        if _remaining(e, self.config) <= 0:
+            e.done, e.finish_reason = True, "max_tokens"
+
+    def _budget(self, e: Episode) -> Sampling:
+        """This turn's sampling: the run's distribution (top_k included), this episode's budget."""
+        return replace(
+            self.sampling,
+            max_tokens=max(1, min(self.sampling.max_tokens, _remaining(e, self.config))),
+        )
+
+    def _seed(self, e: Episode) -> int:
+        """This turn's own sampling stream (engines that take one per request)."""
+        return row_seed(self.sampling.seed, e.index, e.question_id, e.sample, e.turns)
 
 
 def _remaining(e: Episode, config: AgentConfig) -> int:
     return config.max_response_tokens - len(e.response_ids)
-
-
-def _budget(sampling: Sampling, config: AgentConfig, e: Episode) -> Sampling:
-    """This turn's sampling: the run's distribution (top_k included), this episode's budget."""
-    return replace(
-        sampling,
-        max_tokens=max(1, min(sampling.max_tokens, _remaining(e, config))),
-        seed=sampling.seed + e.turns,
-    )

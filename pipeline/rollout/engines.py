@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import os
@@ -42,29 +43,53 @@ class Completion:
     logprobs: list[float] | None = None
 
 
-class SampledLogprobs:
-    """A last logits processor for HF ``generate`` that records the log-prob of each sampled
-    token under the processed distribution, one step behind (the token chosen from step j's
-    scores is seen at step j+1), so only one [B, V] tensor is kept at a time."""
+def row_seed(*parts: object) -> int:
+    """A 63-bit seed from anything printable: one sampling stream per (request, sample)."""
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()) >> 1
 
-    def __init__(self):
-        self.prev = None
-        self.out: list = []
+
+class RowSampler:
+    """The last logits processor of HF ``generate``: samples each row from the processed
+    distribution with that row's own ``torch.Generator`` (the j-th draw of a row picks its j-th
+    token), records the chosen token's log-prob, and leaves only that token allowed, so greedy
+    decoding takes it. A row's tokens depend on its seed and its prompt, never on which other
+    rows share the batch: the agent loop may batch episodes in any order (asynchronous or
+    turn by turn) and sample the same episodes."""
+
+    def __init__(self, seeds: list[int], greedy: bool, steps: int, device):
+        import torch
+
+        self.greedy = greedy
+        # every draw of the call up front, one generator call per row: [steps, B]
+        self.draws = (
+            None
+            if greedy
+            else torch.stack(
+                [torch.rand(steps, generator=torch.Generator().manual_seed(s)) for s in seeds],
+                dim=1,
+            ).to(device)
+        )
+        self.out: list = []  # per step: [B] log-probs of the chosen tokens
 
     def __call__(self, input_ids, scores):
         import torch
 
-        if self.prev is not None:
-            self.out.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
-        self.prev = torch.log_softmax(scores.float(), dim=-1)
-        return scores
+        logp = torch.log_softmax(scores.float(), dim=-1)  # [B, V]
+        if self.greedy:
+            tok = logp.argmax(dim=-1)  # [B]
+        else:
+            u = self.draws[len(self.out)]  # [B]: this step's draw of each row
+            cdf = logp.exp().cumsum(dim=-1)  # [B, V]; right=True never picks a zero-prob token
+            tok = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1)
+            tok = tok.clamp(max=scores.shape[-1] - 1)  # u above a cdf that rounds below 1
+        self.out.append(logp.gather(1, tok[:, None]).squeeze(1))
+        only = torch.full_like(scores, -math.inf)
+        return only.scatter(1, tok[:, None], 0.0)
 
-    def finish(self, sequences) -> list[list[float]]:
+    def finish(self, rows: int) -> list[list[float]]:
         import torch
 
-        if self.prev is not None:
-            self.out.append(self.prev.gather(1, sequences[:, -1:]).squeeze(1))
-        return torch.stack(self.out, dim=1).tolist() if self.out else [[] for _ in sequences]
+        return torch.stack(self.out, dim=1).tolist() if self.out else [[] for _ in range(rows)]
 
 
 def decode_turn(tokenizer, seq: list[int], stop_id: int) -> str:
@@ -84,7 +109,11 @@ class ScriptedEngine:
         self.stop_id = tokenizer.eos_token_id
 
     def generate(
-        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int = 1,
+        seeds: list[int] | None = None,  # a script has no randomness
     ) -> list[list[Completion]]:
         out = []
         for ids in prompts:
@@ -111,7 +140,8 @@ class ScriptedEngine:
 class TransformersEngine:
     """``model.generate`` on left-padded batches. Loads a model folder, or wraps a live model
     (``from_model``: the trainer samples from the policy it is training; its train/eval mode is
-    restored after each call, and ``reseed=False`` leaves the global RNG stream to the caller)."""
+    restored after each call). Sampling never touches the global RNG: each row has its own
+    seeded stream (``RowSampler``)."""
 
     name = "transformers"
 
@@ -130,32 +160,41 @@ class TransformersEngine:
             .to(device)
             .eval()
         )
-        self._setup(model, AutoTokenizer.from_pretrained(model_path), reseed=True)
+        self._setup(model, AutoTokenizer.from_pretrained(model_path))
 
     @classmethod
-    def from_model(cls, model, tokenizer, reseed: bool = False) -> TransformersEngine:
+    def from_model(cls, model, tokenizer) -> TransformersEngine:
         engine = cls.__new__(cls)
-        engine._setup(model, tokenizer, reseed)
+        engine._setup(model, tokenizer)
         return engine
 
-    def _setup(self, model, tokenizer, reseed: bool) -> None:
+    def _setup(self, model, tokenizer) -> None:
         import torch
 
-        self.torch, self.model, self.tokenizer, self.reseed = torch, model, tokenizer, reseed
+        self.torch, self.model, self.tokenizer = torch, model, tokenizer
         self.stop_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_id
 
     def generate(
-        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int = 1,
+        seeds: list[int] | None = None,
     ) -> list[list[Completion]]:
+        """``n`` completions per prompt; completion j of prompt i draws from its own stream,
+        seeded by ``seeds[i * n + j]`` (default: its position and ``sampling.seed``)."""
         torch = self.torch
-        if self.reseed:
-            torch.manual_seed(sampling.seed)
+        rows = [p for p in prompts for _ in range(n)]
+        if seeds is None:
+            seeds = [row_seed(sampling.seed, i) for i in range(len(rows))]
+        if len(seeds) != len(rows):
+            raise ValueError(f"{len(seeds)} seeds for {len(rows)} completions")
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding
+        width = max(len(p) for p in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, p in enumerate(rows):  # left padding
             ids[i, width - len(p) :] = torch.tensor(p)
             mask[i, width - len(p) :] = 1
         was_training = self.model.training
@@ -163,20 +202,20 @@ class TransformersEngine:
         # A clean config stands in for the model's own during the call: transformers fills the
         # fields a passed config leaves at their defaults from model.generation_config (Qwen's
         # top_k=20, repetition_penalty=1.05, ...), which would sample another distribution.
-        clean = explicit_generation_config(sampling, n, self.stop_id, self.pad_id)
+        clean = explicit_generation_config(sampling, self.stop_id, self.pad_id)
         saved, self.model.generation_config = self.model.generation_config, clean
         from transformers import LogitsProcessorList
 
-        recorder = SampledLogprobs()
+        sampler = RowSampler(seeds, sampling.temperature <= 0, sampling.max_tokens, device)
         try:
             with torch.no_grad():
                 out = self.model.generate(
                     input_ids=ids.to(device),
                     attention_mask=mask.to(device),
                     generation_config=clean,
-                    logits_processor=LogitsProcessorList([*warpers(sampling), recorder]),
+                    logits_processor=LogitsProcessorList([*warpers(sampling), sampler]),
                 )
-                lps = recorder.finish(out)
+                lps = sampler.finish(len(rows))
         finally:
             self.model.generation_config = saved
             self.model.train(was_training)
@@ -196,7 +235,7 @@ class TransformersEngine:
 
 def warpers(sampling: Sampling) -> list:
     """Temperature, top-k and top-p as explicit logits processors, in vLLM's order. They run
-    before ``SampledLogprobs``: HF would add its own warpers after every custom processor, so
+    before ``RowSampler``: HF would add its own warpers after every custom processor, so
     the recorded log-probs would be those of the unwarped distribution."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
@@ -210,19 +249,16 @@ def warpers(sampling: Sampling) -> list:
     return out
 
 
-def explicit_generation_config(sampling: Sampling, n: int, stop_id: int, pad_id: int):
-    """Sampling with nothing of HF's own: no warper (``warpers`` supplies temperature, top-k
-    and top-p), no repetition penalty, min_p, typical_p, no_repeat_ngram..."""
+def explicit_generation_config(sampling: Sampling, stop_id: int, pad_id: int):
+    """Decoding with nothing of HF's own: greedy over what ``RowSampler`` leaves allowed (the
+    sampling itself is ``warpers`` then ``RowSampler``); no repetition penalty, min_p,
+    typical_p, no_repeat_ngram..."""
     from transformers import GenerationConfig
 
-    sample = sampling.temperature > 0
     return GenerationConfig(
-        do_sample=sample,
-        temperature=1.0 if sample else None,
-        top_p=1.0 if sample else None,
-        top_k=0 if sample else None,
+        do_sample=False,
         max_new_tokens=sampling.max_tokens,
-        num_return_sequences=n,
+        num_return_sequences=1,
         eos_token_id=stop_id,
         pad_token_id=pad_id,
         repetition_penalty=1.0,
@@ -261,6 +297,9 @@ class VLLMEngine:
         # log-probs of the distribution sampled from (after temperature, top-k, top-p), which is
         # what the trainer's importance weights compare against
         kwargs.setdefault("logprobs_mode", "processed_logprobs")
+        # an episode's next turn resends its whole conversation: the cached prefix is not
+        # computed again (token-in, token-out: the ids are the ones already in the cache)
+        kwargs.setdefault("enable_prefix_caching", True)
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -284,42 +323,52 @@ class VLLMEngine:
 
         gc.collect()
 
-    def generate(
-        self, prompts: list[list[int]], sampling: Sampling, n: int = 1
-    ) -> list[list[Completion]]:
+    def params(self, sampling: Sampling, n: int = 1):
+        """vLLM's ``SamplingParams`` for ``sampling`` (no per-request seed: vLLM's CPU build
+        cannot offset it; the engine is seeded once)."""
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(
+        return SamplingParams(
             n=n,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             max_tokens=sampling.max_tokens,
             logprobs=0,  # the sampled token's own log-prob
-            stop_token_ids=[self.stop_id],  # no per-request seed: vLLM's CPU build cannot offset it
+            stop_token_ids=[self.stop_id],
             skip_special_tokens=False,  # keep <tool_call> markers in the text the loop parses
         )
+
+    def completion(self, c) -> Completion:
+        """A vLLM ``CompletionOutput`` as the loop's ``Completion`` (the stop token appended
+        when vLLM stopped on it without returning it)."""
+        toks = list(c.token_ids)
+        steps = c.logprobs or []
+        lps = [
+            steps[j][t].logprob if j < len(steps) and t in (steps[j] or {}) else math.nan
+            for j, t in enumerate(toks)
+        ]
+        if c.finish_reason == "stop" and (not toks or toks[-1] != self.stop_id):
+            toks.append(self.stop_id)
+            lps.append(math.nan)  # not reported: the stop token was not returned
+        reason = "stop" if c.finish_reason == "stop" else "length"
+        return Completion(toks, c.text, reason, lps)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: Sampling,
+        n: int = 1,
+        seeds: list[int] | None = None,  # not used: see ``params``
+    ) -> list[list[Completion]]:
+        from vllm.inputs import TokensPrompt
+
         outs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            self.params(sampling, n),
+            use_tqdm=False,
         )
-        result = []
-        for o in outs:
-            comps = []
-            for c in o.outputs:
-                toks = list(c.token_ids)
-                steps = c.logprobs or []
-                lps = [
-                    steps[j][t].logprob if j < len(steps) and t in (steps[j] or {}) else math.nan
-                    for j, t in enumerate(toks)
-                ]
-                if c.finish_reason == "stop" and (not toks or toks[-1] != self.stop_id):
-                    toks.append(self.stop_id)
-                    lps.append(math.nan)  # not reported: the stop token was not returned
-                reason = "stop" if c.finish_reason == "stop" else "length"
-                comps.append(Completion(toks, c.text, reason, lps))
-            result.append(comps)
-        return result
+        return [[self.completion(c) for c in o.outputs] for o in outs]
 
 
 def push_weights(engine: VLLMEngine, model) -> None:

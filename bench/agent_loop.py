@@ -2,11 +2,11 @@
 policy, same engine, same episodes, one run), and the agent loop against bare ``generate``.
 
     python bench/agent_loop.py [--policy PATH] [--backend vllm] [--questions 32] [--k 4]
-                               [--tool-seconds 0.3] [--tool-workers 16] [--repeats 2]
+                               [--tool-seconds 0,0.1,0.3,1] [--tool-workers 256] [--repeats 2]
 
 The policy really calls the tool: the nano policy (SFT from scratch on sandboxed solver
-trajectories), trained here in about a minute when ``--policy`` is not given (or pass the main
-job's, ``runs/sft-*/checkpoint-latest``). Every call runs in the warm sandbox; ``--tool-seconds``
+trajectories that make one or two calls), trained here in about a minute when ``--policy`` is
+not given (or pass the main job's, ``runs/sft-*/checkpoint-latest``). Every call runs in the warm sandbox; ``--tool-seconds``
 adds a wait before it, drawn per call (log-normal around that median, seeded by the code), for
 tools that wait on the world (an API, a test suite) rather than on the CPU; ``0`` measures the
 sandbox alone. Schedules alternate within a repeat so both see the same machine.
@@ -50,11 +50,16 @@ class WaitingTools:
 
 
 def nano_policy(out: Path, steps: int) -> Path:
-    from pipeline.nano import tasks, trajectories
+    """SFT from scratch on solver trajectories that make one or two calls (direct, recovery
+    after a failed call, verify after the result): episodes of 2-3 turns."""
+    from pipeline.nano import solve, tasks
     from trainer.sft import SFTTrainConfig, sft
 
+    rows = []
     with Sandbox(AGENT.sandbox, 2) as box:
-        rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
+        for i, t in enumerate(tasks(1200, seed=0, levels=(1,))):
+            messages, answer = solve(t, i, box, ("direct", "recovery", "verify")[i % 3])
+            rows.append({"record_id": f"b{i}", "question": t.question, "messages": messages})
     sft(SFTTrainConfig(out=str(out), steps=steps, agent=AGENT), rows)
     return out / "checkpoint-latest"
 
@@ -64,11 +69,15 @@ def main() -> None:
     ap.add_argument("--policy", help="a nano policy folder (default: train one here)")
     ap.add_argument("--backend", default="vllm", help="vllm | transformers")
     ap.add_argument("--questions", type=int, default=32)
-    ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--tool-seconds", type=float, default=0.3, help="median wait per call")
-    ap.add_argument("--tool-workers", type=int, default=16, help="tool calls at once")
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument(
+        "--tool-seconds",
+        default="0,0.1,0.3,1",
+        help="median waits per call to measure, comma-separated",
+    )
+    ap.add_argument("--tool-workers", type=int, default=256, help="tool calls at once")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--sft-steps", type=int, default=600)
     a = ap.parse_args()
     from pipeline.nano import tasks
 
@@ -93,7 +102,7 @@ def main() -> None:
             f"{engine.name}: {a.questions} questions x {a.k} episodes, up to {AGENT.max_turns} "
             f"turns, {a.tool_workers} tool workers, 2 sandbox workers"
         )
-        for wait in sorted({0.0, a.tool_seconds}):
+        for wait in sorted({float(x) for x in a.tool_seconds.split(",")}):
             times: dict[str, list[float]] = {"turns": [], "async": []}
             for r in range(a.repeats):
                 for schedule in ("turns", "async") if r % 2 == 0 else ("async", "turns"):

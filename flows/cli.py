@@ -661,21 +661,39 @@ def eval_(
         str, typer.Option(help="What MODEL is (sft, grpo, base...), kept in the evals table.")
     ] = "model",
 ) -> None:
-    """average@k, maj@k and pass@k of MODEL on an evaluation set, through the agent loop; the
-    result is kept in the lake's evals table (`flow query "SELECT * FROM evals"`)."""
-    from pipeline.evaluate import evaluate, record
-    from pipeline.lake import Lake
-    from pipeline.rollout.engines import Sampling, make_engine
+    """MODEL on an evaluation set through the agent loop (the Prefect `evaluate` flow):
+    avg@k, pass@j, maj@k with 95% intervals and the agent metrics, or BFCL's function-calling
+    metrics on function-calling sets (`--eval-set 'bfcl_*'`); per slice, a report page, and
+    every number in the lake's evals table (`flow query "SELECT * FROM evals"`)."""
+    from flows.evaluate import eval_flow
+    from pipeline.rollout.engines import Sampling
 
-    qs = eval_questions(lake, eval_set, limit)
-    if not qs:
+    if not Path(model).is_dir():
+        raise typer.BadParameter(f"{model} is not a model folder", param_hint="--model")
+    if not eval_questions(lake, eval_set, limit):
         err.print(f"[red]no questions[/red] for dataset {esc(repr(eval_set))} in the lake")
         raise typer.Exit(1)
-    result = evaluate(
-        make_engine(model, backend), qs, k=k, sampling=Sampling(max_tokens=max_tokens)
+    with console.status("evaluating…"):
+        out = eval_flow(
+            models=[(model, stage)],
+            eval_set=eval_set,
+            lake=resolve_root(lake),
+            k=k,
+            limit=limit,
+            sampling=Sampling(max_tokens=max_tokens),
+            backend=backend,
+        )
+    (row,) = out["rows"]
+    console.print(
+        f"[bold]{esc(eval_set)}[/bold]: {out['questions']} questions × {row['k']} samples"
+        + (" (recorded earlier)" if out["state"] == "Cached" else "")
     )
-    print_rows([result])
-    record(Lake(resolve_root(lake)), result, model, stage, eval_set)
+    for m, v in row.items():
+        if isinstance(v, float):
+            lo, hi = row.get("ci", {}).get(m, (None, None))
+            ci = f"  [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
+            console.print(f"  {m:<24} {v:.3f}{ci}")
+    console.print(f"  report [bold]{esc(out['report'])}[/bold]")
 
 
 @app.command()

@@ -46,16 +46,45 @@ def eval_key(
 
 
 def held_out(lake: Lake, eval_set: str, limit: int | None) -> list[dict]:
-    """An evaluation set's questions in a stable order (``dataset`` or ``dataset/split``)."""
+    """An evaluation set's questions in a stable order (``dataset``, ``dataset/split``, or a
+    ``prefix*`` of datasets: ``bfcl_*``), with what the breakdowns need: domain, dataset, and
+    the difficulty bin where the lake has labels for the question."""
     from pipeline.query import query, sql_string
+    from pipeline.select import SelectConfig, difficulty
 
     name, _, split = eval_set.partition("/")
-    where = f"dataset = {sql_string(name)}" + (f" AND split = {sql_string(split)}" if split else "")
+    if name.endswith("*"):
+        pattern = name[:-1].replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
+        where = f"dataset LIKE {sql_string(pattern + '%')} ESCAPE '\\'"
+    else:
+        where = f"dataset = {sql_string(name)}"
+    where += f" AND split = {sql_string(split)}" if split else ""
     sql = (
-        "SELECT question_id, question, ground_truth, answer_type FROM valid_questions "
-        f"WHERE {where} AND ground_truth IS NOT NULL ORDER BY question_id"
+        "SELECT question_id, question, ground_truth, answer_type, domain, dataset, tools "
+        f"FROM valid_questions WHERE {where} AND ground_truth IS NOT NULL ORDER BY question_id"
     )
-    return query(lake, sql).to_pylist()[:limit]
+    rows = query(lake, sql).to_pylist()[:limit]
+    rates = {}
+    if lake.parts("labels"):
+        rates = {
+            r["question_id"]: r["p"]
+            for r in query(
+                lake, "SELECT question_id, avg(pass_rate) p FROM labels GROUP BY 1"
+            ).to_pylist()
+        }
+    for r in rows:
+        r["tools"] = orjson.loads(r["tools"]) if r["tools"] else None
+        p = rates.get(r["question_id"])
+        r["difficulty"] = (
+            None
+            if p is None
+            else "all wrong"
+            if p == 0
+            else "all right"
+            if p == 1
+            else difficulty(p, SelectConfig())
+        )
+    return rows
 
 
 @task(name="evaluate-model", cache_policy=NO_CACHE)
@@ -80,7 +109,12 @@ def eval_model_task(
         return done | {"state": "Cached"}
     engine = make_engine(model, backend)
     try:
-        result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
+        if all(q.get("answer_type") == "function_calls" for q in questions):
+            from pipeline.evaluate.function_calls import evaluate_function_calls
+
+            result = evaluate_function_calls(engine, questions, k, agent, sampling)
+        else:
+            result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
     finally:
         close(engine)
     record(lake, result, model, stage, eval_set, eval_id=key)
@@ -98,23 +132,40 @@ def eval_flow(
     sampling: Sampling | None = None,
     backend: str = "auto",
 ) -> dict:
-    """avg@k, maj@k, pass@k of each (model folder, stage) on ``eval_set``, into ``evals``."""
+    """Each (model folder, stage) on ``eval_set``, into ``evals``: avg@k, pass@j, maj@k and
+    the agent metrics, or on function-calling questions (BFCL) the function-calling metrics;
+    intervals and slices included. Writes a report page (``report`` in the result)."""
+    from datetime import UTC, datetime
+
+    from pipeline.report import write_eval_report
+
     lk = Lake(lake)
     questions = held_out(lk, eval_set, limit)
     if not questions:
         raise ValueError(f"no questions with a ground truth for evaluation set {eval_set!r}")
-    agent, sampling = agent or AgentConfig(), sampling or Sampling()
+    calls = all(q.get("answer_type") == "function_calls" for q in questions)
+    agent = agent or AgentConfig(system_prompt=None if calls else AgentConfig().system_prompt)
+    sampling = sampling or Sampling()
     rows = []
     for model, stage in models:
         report("stage", f"eval {stage}")
         r = eval_model_task(lk.root, model, stage, eval_set, questions, k, agent, sampling, backend)
         rows.append({"stage": stage, "model": model} | r)
-    metrics = [m for m in rows[0] if "@" in m]
+    metrics = [m for m, v in rows[0].items() if isinstance(v, float)]
     lines = [f"# Evaluation on {eval_set}", "", "| stage | " + " | ".join(metrics) + " |"]
     lines += ["|---|" + "---|" * len(metrics)]
     lines += [
         f"| {r['stage']} | " + " | ".join(f"{r[m]:.3f}" for m in metrics) + " |" for r in rows
     ]
     create_markdown_artifact(key="evaluation", markdown="\n".join(lines), description=eval_set)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in eval_set)
+    page = write_eval_report(lk, lk.path("reports", "evals", f"{stamp}-{safe}"), eval_set, rows)
     state = "Cached" if all(r["state"] == "Cached" for r in rows) else "Completed"
-    return {"eval_set": eval_set, "questions": len(questions), "rows": rows, "state": state}
+    return {
+        "eval_set": eval_set,
+        "questions": len(questions),
+        "rows": rows,
+        "state": state,
+        "report": page,
+    }

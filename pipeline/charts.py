@@ -67,3 +67,21 @@ def bars_png(title: str, labels: list[str], values: list[float], xlabel: str = "
     ax.set_xlabel(xlabel)
     fig.tight_layout()
     return _png(fig)
+
+
+def intervals_png(
+    title: str, labels: list[str], values: list[float], lows: list[float], highs: list[float]
+) -> bytes:
+    """Horizontal bars with their confidence intervals as whiskers (one evaluation metric per
+    model or slice)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 0.35 * max(3, len(labels)) + 1))
+    err = [
+        [max(0.0, v - lo) for v, lo in zip(values, lows, strict=True)][::-1],
+        [max(0.0, hi - v) for v, hi in zip(values, highs, strict=True)][::-1],
+    ]
+    ax.barh(labels[::-1], values[::-1], xerr=err, color="#4a7ab5", capsize=3)
+    ax.set_title(title)
+    ax.set_xlim(0, 1)
+    fig.tight_layout()
+    return _png(fig)

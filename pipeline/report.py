@@ -368,3 +368,63 @@ def write_report(
     with lake.fs.open(index, "wb") as f:
         f.write(page.encode())
     return index
+
+
+def write_eval_report(lake: Lake, folder: str, eval_set: str, rows: list[dict]) -> str:
+    """An evaluation's page: per model, every metric with its interval; per slice, the main
+    accuracy metric; a chart of it with whiskers. ``rows``: the evaluate flow's rows (stage,
+    model, and the result ``evaluate`` returned)."""
+    from pipeline.charts import intervals_png
+
+    files: dict[str, bytes] = {}
+    main = "accuracy" if "accuracy" in rows[0] else f"average@{rows[0]['k']}"
+
+    def fmt(r: dict, m: str) -> str:
+        lo, hi = r.get("ci", {}).get(m, (None, None))
+        v = r[m]
+        return f"{v:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if lo is not None else "")
+
+    metrics = [m for m, v in rows[0].items() if isinstance(v, float)]
+    table = [
+        {"stage": r["stage"], "model": r["model"]} | {m: fmt(r, m) for m in metrics} for r in rows
+    ]
+    sections = [
+        f"<h2>{html.escape(eval_set)}: {rows[0]['questions']} questions × {rows[0]['k']} samples</h2>"
+        "<p>95% bootstrap intervals over questions in brackets; every number is also in the "
+        "lake's <code>evals</code> table.</p>" + _table(table)
+    ]
+    labels, values, lows, highs = [], [], [], []
+    slice_rows = []
+    for r in rows:
+        for name, part in [("all", r), *r.get("slices", {}).items()]:
+            lo, hi = part.get("ci", {}).get(main, (part[main], part[main]))
+            labels.append(f"{r['stage']} · {name}")
+            values.append(part[main])
+            lows.append(lo)
+            highs.append(hi)
+            slice_rows.append(
+                {
+                    "stage": r["stage"],
+                    "slice": name,
+                    "questions": part["questions"],
+                    main: fmt(part, main),
+                }
+            )
+    files["metric.png"] = intervals_png(f"{main} (95% CI)", labels, values, lows, highs)
+    sections.append(
+        f"<h2>{html.escape(main)} by slice</h2>" + _table(slice_rows) + '<img src="metric.png">'
+    )
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    page = (
+        f"<!doctype html><meta charset=utf-8><title>evaluation {html.escape(eval_set)}</title>"
+        f"<style>{CSS}</style><h1>Evaluation</h1><p class=dim>lake <code>{html.escape(lake.root)}</code> · {when}</p>"
+        + "".join(sections)
+    )
+    lake.fs.makedirs(folder, exist_ok=True)
+    for name, data in files.items():
+        with lake.fs.open(f"{folder}/{name}", "wb") as f:
+            f.write(data)
+    index = f"{folder}/index.html"
+    with lake.fs.open(index, "wb") as f:
+        f.write(page.encode())
+    return index

@@ -242,8 +242,13 @@ EVALS = pa.schema(
         ("model", pa.string()),  # the model folder or checkpoint evaluated
         ("stage", pa.string()),  # what the model is: sft | grpo | base | ...
         ("eval_set", pa.string()),
-        ("metric", pa.string()),  # average@k, pass@k, maj@k, tool_calls_per_rollout
+        # the questions the row is over: all, or one breakdown (domain=math, dataset=gsm8k,
+        # difficulty=hard); NULL in evaluations recorded before slices existed means all
+        ("slice", pa.string()),
+        ("metric", pa.string()),  # average@k, pass@j, maj@k, tool_calls_per_rollout, ...
         ("value", pa.float64()),
+        ("ci_low", pa.float64()),  # 95% bootstrap interval over questions (accuracy metrics)
+        ("ci_high", pa.float64()),
         ("n", pa.int64()),  # questions
         ("k", pa.int64()),  # samples per question
         ("evaluated_at", pa.timestamp("us", tz="UTC")),

@@ -36,3 +36,69 @@ def test_average_majority_and_pass_at_k(tiny_model):
     r = evaluate(eng, qs, k=4)
     assert r["average@4"] == pytest.approx((0.75 + 0.25) / 2)
     assert r["pass@4"] == 1.0 and r["maj@4"] == 0.5
+
+
+def test_unbiased_pass_at_k_against_hand_computed_values():
+    from math import comb
+
+    from pipeline.evaluate import pass_at_k
+
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - comb(3, 2) / comb(5, 2))  # 0.7
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)  # pass@1 is the mean
+    assert pass_at_k(8, 1, 8) == 1.0 and pass_at_k(8, 0, 8) == 0.0  # k = n: any of n
+    assert pass_at_k(8, 0, 3) == 0.0 and pass_at_k(8, 8, 1) == 1.0  # c = 0, c = n
+    assert pass_at_k(200, 7, 100) == pytest.approx(1 - comb(193, 100) / comb(200, 100))
+    with pytest.raises(ValueError, match="k <= n"):
+        pass_at_k(4, 1, 5)
+
+
+def test_bootstrap_interval_covers_the_mean_with_the_normal_width():
+    from pipeline.evaluate import bootstrap_ci
+
+    assert bootstrap_ci([0.25] * 30) == (0.25, 0.25)
+    lo, hi = bootstrap_ci([0.0, 1.0] * 50, samples=4000)
+    # a Bernoulli(0.5) mean of 100 questions: 0.5 ± 1.96 * 0.05
+    assert lo < 0.5 < hi and hi - lo == pytest.approx(2 * 1.96 * 0.05, abs=0.02)
+    assert bootstrap_ci([0.0, 1.0] * 50, seed=3) == bootstrap_ci([0.0, 1.0] * 50, seed=3)
+
+
+def test_pass_at_j_intervals_slices_and_agent_metrics_are_recorded(tiny_model, tmp_path):
+    """Two questions with 3/4 and 1/4 right: pass@1 = avg = 0.5, pass@2 = (1 + 0.5) / 2, and a
+    slice per domain; the record round-trips through the evals table, interval included."""
+    from pipeline.evaluate import record, recorded
+    from pipeline.lake import Lake
+    from pipeline.query import query
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+
+    def script(text, turn):
+        sample = turn % 1000
+        if "first" in text:
+            return "\\boxed{42}" if sample < 3 else "\\boxed{7}"
+        return "\\boxed{42}" if sample == 0 else "\\boxed{7}"
+
+    qs = [
+        {"question_id": "a", "question": "first", "ground_truth": "42", "answer_type": "integer",
+         "domain": "math"},
+        {"question_id": "b", "question": "second", "ground_truth": "42", "answer_type": "integer",
+         "domain": "code"},
+    ]  # fmt: skip
+    r = evaluate(ScriptedEngine(tok, script), qs, k=4)
+    assert r["pass@1"] == pytest.approx(r["average@4"]) == pytest.approx(0.5)
+    assert r["pass@2"] == pytest.approx((1.0 + 0.5) / 2) and r["pass@4"] == 1.0
+    lo, hi = r["ci"]["average@4"]
+    assert 0.25 <= lo <= 0.5 <= hi <= 0.75  # two questions: the interval spans their means
+    assert r["slices"]["domain=math"]["average@4"] == 0.75
+    assert r["slices"]["domain=code"]["pass@2"] == pytest.approx(0.5)
+    assert r["tool_calls_per_rollout"] == 0 and r["turns"] == 1 and r["verified_by_tool"] == 0
+    lake = Lake(str(tmp_path / "lake"))
+    eid = record(lake, r, "m", "sft", "toy")
+    back = recorded(lake, eid)
+    assert back["pass@2"] == r["pass@2"] and back["ci"]["average@4"] == [lo, hi]
+    assert back["slices"]["domain=math"]["average@4"] == 0.75
+    rows = query(
+        lake, "SELECT slice, ci_low, ci_high FROM evals WHERE metric = 'average@4' ORDER BY 1"
+    ).to_pylist()
+    assert [x["slice"] for x in rows] == ["all", "domain=code", "domain=math"]
+    assert rows[0]["ci_low"] == lo

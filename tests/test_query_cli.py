@@ -202,19 +202,26 @@ def test_flow_run_data_stages_on_the_demo(tmp_path, monkeypatch, tiny_model):
     ev = ["eval", "--model", "run/checkpoint-latest", "--eval-set", "demo_math", "--limit", "3"]
     res = runner.invoke(app, [*ev, "--k", "2", "--max-tokens", "8", "--backend", "transformers"])
     assert res.exit_code == 0, res.output
-    assert "pass@2" in res.output and "maj@2" in res.output
-    # every evaluation is kept in the lake: the train run's before/after and this one
+    assert "pass@2" in res.output and "maj@2" in res.output and "tool_error_rate" in res.output
+    (page,) = (tmp_path / "data/lake/reports/evals").glob("*-demo_math/index.html")
+    assert "average@2" in page.read_text() and (page.parent / "metric.png").exists()
+    # every evaluation is kept in the lake: the train run's before/after and this one, each
+    # metric of the whole set with its interval, and per slice (the demo math's domain)
     res = runner.invoke(
         app,
         [
             "query",
-            "SELECT stage, count(DISTINCT eval_id) runs, count(*) n FROM evals GROUP BY 1 ORDER BY 1",
+            "SELECT stage, count(DISTINCT eval_id) runs, count(*) FILTER (WHERE slice = 'all') n, "
+            "count(*) FILTER (WHERE slice = 'all' AND ci_low IS NOT NULL) with_ci, "
+            "count(DISTINCT slice) slices FROM evals GROUP BY 1 ORDER BY 1",
             "--format",
             "json",
         ],
     )
-    got = {r["stage"]: (r["runs"], r["n"]) for r in json.loads(res.output)}
-    assert got == {"grpo": (1, 4), "model": (1, 4), "sft": (1, 4)}, got
+    got = {r["stage"]: (r["runs"], r["n"], r["with_ci"]) for r in json.loads(res.output)}
+    # avg@4, pass@1, pass@2, pass@4, maj@4 with intervals, and 6 agent metrics (k=2: one less)
+    assert got == {"grpo": (1, 11, 5), "model": (1, 10, 4), "sft": (1, 11, 5)}, got
+    assert all(r["slices"] >= 2 for r in json.loads(res.output))
     res = runner.invoke(app, ["eval", "--model", "run/checkpoint-latest", "--eval-set", "it's"])
     assert res.exit_code == 1 and "no questions" in res.output
 

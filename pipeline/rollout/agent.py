@@ -180,12 +180,12 @@ def run_tool(call: dict, config: AgentConfig, sandbox: Sandbox | None = None) ->
     return result.as_tool_output(), not result.ok
 
 
-def start_episodes(
-    tokenizer, questions: list[tuple[str, str]], k: int, config: AgentConfig
-) -> list[Episode]:
+def start_episodes(tokenizer, questions: list[tuple], k: int, config: AgentConfig) -> list[Episode]:
+    """``questions``: (question_id, question) or (question_id, question, tools): a question's
+    own tool specs (OpenAI function shape) replace the python tool in its prompt."""
     episodes = []
-    for i, (qid, question) in enumerate(questions):
-        ids = prompt_ids(tokenizer, question, config)
+    for i, (qid, question, *own) in enumerate(questions):
+        ids = prompt_ids(tokenizer, question, config, own[0] if own else None)
         messages = head_messages(question, config.system_prompt)
         episodes += [Episode(qid, s, ids, messages=list(messages), index=i) for s in range(k)]
     return episodes
@@ -198,12 +198,14 @@ def head_messages(question: str, system: str | None) -> list[dict]:
     return [*messages, {"role": "user", "content": question}]
 
 
-def prompt_ids(tokenizer, question: str, config: AgentConfig) -> list[int]:
-    """The episode's prompt: system prompt, tool declaration and question, as the chat template
-    renders them with the generation prompt."""
+def prompt_ids(
+    tokenizer, question: str, config: AgentConfig, tools: list[dict] | None = None
+) -> list[int]:
+    """The episode's prompt: system prompt, tool declaration (``tools``, else the python tool
+    if declared) and question, as the chat template renders them with the generation prompt."""
     prompt = tokenizer.apply_chat_template(
         head_messages(question, config.system_prompt),
-        tools=[PYTHON_TOOL] if config.declare_tools else None,
+        tools=tools or ([PYTHON_TOOL] if config.declare_tools else None),
         tokenize=False,
         add_generation_prompt=True,
     )
@@ -213,13 +215,13 @@ def prompt_ids(tokenizer, question: str, config: AgentConfig) -> list[int]:
 def run_episodes(
     engine,
     tokenizer,
-    questions: list[tuple[str, str]],
+    questions: list[tuple],
     k: int,
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
     sandbox: Sandbox | None = None,
 ) -> list[Episode]:
-    """K episodes per (question_id, question), in that order. Tools run in ``sandbox`` (the
+    """K episodes per (question_id, question[, tools]), in that order. Tools run in ``sandbox`` (the
     caller's, kept warm across calls) or in one started at the first tool call and closed at
     the end. ``config.schedule`` says how episodes share the engine (see ``AgentConfig``)."""
     config = config or AgentConfig()

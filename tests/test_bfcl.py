@@ -1,0 +1,209 @@
+"""The project's function-call verdicts against BFCL's own checker (``bfcl-eval``'s
+``ast_checker``) on the shared BFCL v3 questions: every question of every category, with outputs
+built from its possible answer (the canonical call and variants that BFCL accepts or rejects:
+wrong values, types, names, counts, missing and extra parameters, reordered parallel calls,
+strings in another case and punctuation)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from pipeline.evaluate.function_calls import check
+from tests.conftest import require_shared
+
+CATEGORIES = (
+    "simple",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+)
+
+
+def bfcl_checker():
+    try:
+        from bfcl_eval.constants.enums import Language
+        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+        from bfcl_eval.utils import is_empty_output
+    except ImportError as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI installs bfcl-eval (make setup): {e}")
+        pytest.skip(f"bfcl-eval is not installed: {e}")
+
+    def verdict(functions, output, possible, category) -> bool:
+        if "irrelevance" in category:  # BFCL's relevance runner: valid when nothing is called
+            return is_empty_output(output)
+        return ast_checker(functions, output, possible, Language.PYTHON, category, MODEL)["valid"]
+
+    return verdict
+
+
+MODEL = "Qwen/Qwen3-0.6B-FC"  # a model whose function names keep their dots
+
+
+def load(category: str) -> list[tuple[dict, list]]:
+    folder = require_shared() / "bfcl/berkeley-function-call-leaderboard/bfcl_eval/data"
+
+    def rows(path):
+        return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+    qs = rows(folder / f"BFCL_v3_{category}.json")
+    answers = {}
+    if category != "irrelevance":
+        answers = {
+            r["id"]: r["ground_truth"]
+            for r in rows(folder / f"possible_answer/BFCL_v3_{category}.json")
+        }
+    return [(q, answers.get(q["id"], [])) for q in qs]
+
+
+def first(values: list):
+    return next((v for v in values if v != ""), "")
+
+
+def canonical(possible: list[dict], optional: bool = False) -> list[dict]:
+    """The answer's first acceptable value per parameter; optional ones left out, or given
+    their first value (``optional``)."""
+    out = []
+    for expected in possible:
+        ((name, params),) = expected.items()
+        args = {p: (first(v) if optional or not v else v[0]) for p, v in params.items()}
+        out.append({name: {p: v for p, v in args.items() if v != ""}})
+    return out
+
+
+def other(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 7
+    if isinstance(value, str):
+        return value + " qq"
+    if isinstance(value, list):
+        return [*value, value[0]] if value else ["qq"]
+    if isinstance(value, dict):
+        return {**value, "qq": 1}
+    return "qq"
+
+
+def variants(possible: list[dict], functions: list[dict]) -> dict[str, list[dict]]:
+    base = canonical(possible)
+    out = {"canonical": base, "with_optional": canonical(possible, optional=True)}
+    ((name, args),) = base[0].items()
+    if args:
+        p, v = next(iter(args.items()))
+        out["wrong_value"] = [{name: {**args, p: other(v)}}, *base[1:]]
+        out["missing_param"] = [{name: {k: x for k, x in args.items() if k != p}}, *base[1:]]
+        out["as_string"] = [{name: {**args, p: str(v)}}, *base[1:]]
+        if isinstance(v, str):
+            styled = v.upper().replace(" ", "-") + "."
+            out["string_style"] = [{name: {**args, p: styled}}, *base[1:]]
+        if isinstance(v, float) and v.is_integer():
+            out["int_for_float"] = [{name: {**args, p: int(v)}}, *base[1:]]
+        if isinstance(v, list) and v:
+            out["tuple"] = [{name: {**args, p: tuple(v)}}, *base[1:]]
+    out["extra_param"] = [{name: {**args, "zz_extra": 1}}, *base[1:]]
+    out["wrong_name"] = [{name + "_x": args}, *base[1:]]
+    out["one_more_call"] = [*base, base[0]]
+    if len(base) > 1:
+        out["one_call_less"] = base[:-1]
+        out["reordered"] = base[::-1]
+    return out
+
+
+def irrelevance_variants(functions: list[dict]) -> dict[str, list[dict]]:
+    f = functions[0]
+    args = {p: "x" for p in f["parameters"].get("required", [])}
+    return {"no_call": [], "empty_call": [{}], "a_call": [{f["name"]: args}]}
+
+
+def test_verdicts_agree_with_bfcl_ast_checker_on_every_category():
+    bfcl = bfcl_checker()
+    agree, disagree = Counter(), []
+    valid = Counter()
+    for category in CATEGORIES:
+        for q, possible in load(category):
+            functions = q["function"]
+            outs = (
+                irrelevance_variants(functions)
+                if category == "irrelevance"
+                else variants(possible, functions)
+            )
+            for kind, output in outs.items():
+                ours = check(functions, output, possible, category).valid
+                theirs = bfcl(functions, output, possible, category)
+                agree[category] += ours == theirs
+                valid[category, kind, theirs] += 1
+                if ours != theirs:
+                    disagree.append((q["id"], kind, output, possible, ours, theirs))
+    n = sum(agree.values()) + len(disagree)
+    assert not disagree, f"{len(disagree)} of {n} verdicts differ, e.g. {disagree[:3]}"
+    assert n > 10_000
+    for category in CATEGORIES:  # each category has accepted and rejected outputs
+        assert any(valid[c, k, True] for c, k, _ in valid if c == category)
+        assert any(valid[c, k, False] for c, k, _ in valid if c == category)
+
+
+def test_function_calling_metrics_of_a_policy_through_the_agent_loop(tiny_model):
+    """Six BFCL questions, a scripted policy with known behaviour on each: the right call, a
+    call to a function not offered, parallel calls in another order, a broken call block, and
+    on two irrelevance questions one abstention and one call."""
+    from transformers import AutoTokenizer
+
+    from pipeline.evaluate.function_calls import evaluate_function_calls
+    from pipeline.ingest.records import openai_tools
+    from pipeline.rollout.engines import ScriptedEngine
+
+    picked = [
+        *[("simple", q, a) for q, a in load("simple")[:2]],
+        ("parallel", *load("parallel")[0]),
+        ("multiple", *load("multiple")[0]),
+        *[("irrelevance", q, a) for q, a in load("irrelevance")[:2]],
+    ]
+    qs = [
+        {
+            "question_id": q["id"],
+            "question": q["question"][0][0]["content"],
+            "tools": openai_tools(q["function"]),
+            "ground_truth": json.dumps(a),
+            "dataset": f"bfcl_{cat}",
+        }
+        for cat, q, a in picked
+    ]
+
+    def block(name, args):
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+    replies = {}
+    (c0,) = canonical(json.loads(qs[0]["ground_truth"]))
+    replies[qs[0]["question"]] = block(*next(iter(c0.items())))
+    (c1,) = canonical(json.loads(qs[1]["ground_truth"]))
+    replies[qs[1]["question"]] = block("not_offered_fn", next(iter(c1.values())))
+    par = canonical(json.loads(qs[2]["ground_truth"]))[::-1]
+    replies[qs[2]["question"]] = "\n".join(block(*next(iter(c.items()))) for c in par)
+    replies[qs[3]["question"]] = '<tool_call>\n{"name": broken\n</tool_call>'
+    replies[qs[4]["question"]] = "None of these functions fits the question."
+    f5 = picked[5][1]["function"][0]
+    replies[qs[5]["question"]] = block(f5["name"], {})
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    script = lambda text, turn: next(r for q, r in replies.items() if q in text)  # noqa: E731
+    r = evaluate_function_calls(ScriptedEngine(tok, script), qs, k=2)
+    assert r["questions"] == 6 and r["k"] == 2
+    assert r["accuracy"] == pytest.approx(3 / 6)  # right, parallel, abstention
+    assert r["ast_accuracy"] == pytest.approx(2 / 4)
+    assert r["format_accuracy"] == pytest.approx(3 / 4)  # the broken block
+    assert r["tool_name_accuracy"] == pytest.approx(2 / 4)
+    assert r["hallucinated_tool_rate"] == pytest.approx(1 / 5)  # 5 calls, one not offered
+    assert r["irrelevance_detection"] == pytest.approx(1 / 2)
+    assert r["calls_per_task"] == pytest.approx(5 / 6)
+    assert r["slices"]["category=parallel"]["accuracy"] == 1.0
+    assert r["slices"]["category=simple"]["accuracy"] == 0.5
+    lo, hi = r["ci"]["accuracy"]
+    assert 0 <= lo < 0.5 < hi <= 1

@@ -591,6 +591,13 @@ def train(
         typer.Option(help="Evaluate before and after on this lake dataset (e.g. aime2024)."),
     ] = None,
     eval_limit: int = 20,
+    eval_every: Annotated[
+        int,
+        typer.Option(
+            help="With --eval-set: evaluate every N steps and keep the best held-out checkpoint "
+            "as OUT/checkpoint-best (0: off)."
+        ),
+    ] = 0,
     lake: LakeOpt = None,
 ) -> None:
     """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
@@ -628,13 +635,25 @@ def train(
         tools=tools,
         lake=resolve_root(lake) if eval_set else None,
         eval_set=eval_set,
+        options={"eval_every": eval_every} if eval_every else None,
     )
     console.print(
         f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
     )
     if out_["eval_before"]:
+        keep = lambda r: {m: round(v, 4) for m, v in r.items() if isinstance(v, float)}  # noqa: E731
         console.print(
-            f"evaluation before: {esc(out_['eval_before'])}\nevaluation after:  {esc(out_['eval_after'])}"
+            f"evaluation before: {esc(keep(out_['eval_before']))}\n"
+            f"evaluation after:  {esc(keep(out_['eval_after']))}"
+        )
+    if out_.get("best"):
+        b = out_["best"]
+        console.print(
+            f"best held-out checkpoint: {esc(b['path'])} (step {b['step']}, avg@{b['k']} {b['accuracy']:.3f})"
+        )
+    for a in out_.get("alarms", []):
+        console.print(
+            f"[yellow]reward-hacking alarm[/yellow] {esc(a['name'])}: {esc(a['message'])}"
         )
 
 

@@ -3,12 +3,15 @@ question set through the same agent loop; training curves as an artifact."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
+from pipeline.evaluate.alarms import alarms
 from pipeline.rollout.agent import AgentConfig
 from trainer.train import TrainConfig, agent_config, train
 
@@ -16,8 +19,8 @@ install_server_watchdog()  # the local server Prefect starts for this flow dies 
 
 
 @task(name="grpo-tcr", cache_policy=NO_CACHE)
-def train_task(config: TrainConfig) -> list[dict]:
-    return train(config, on_step=lambda m: report("train", m))
+def train_task(config: TrainConfig, held_out: list[dict] | None = None) -> list[dict]:
+    return train(config, on_step=lambda m: report("train", m), held_out=held_out)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
@@ -68,7 +71,7 @@ def train_flow(
         **(options or {}),
     )
     before = eval_task(model, eval_questions, eval_k, max_tokens) if eval_questions else None
-    history = train_task(config)
+    history = train_task(config, eval_questions if config.eval_every else None)
     after = (
         eval_task(f"{out}/checkpoint-latest", eval_questions, eval_k, max_tokens)
         if eval_questions
@@ -94,12 +97,21 @@ def train_flow(
         for h in done[:: max(1, len(done) // 20)]
     ]
     if before is not None:
-        names = [k for k in before if "@" in k]
+        names = [k for k in before if "@" in k and isinstance(before[k], float)]
         lines += ["", "| evaluation | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
         lines += [
             f"| {tag} | " + " | ".join(f"{r[k]:.3f}" for k in names) + " |"
             for tag, r in (("before", before), ("after", after))
         ]
+    # reward hacking: the reward against held-out accuracy (before and after) and the
+    # training accuracy, tool calls and format
+    held = None
+    if before is not None:
+        main = f"average@{before['k']}"
+        held = [(0, before[main]), (len(done), after[main])]
+    rang = [asdict(a) for a in alarms(done, held)]
+    lines += ["", "## Reward-hacking alarms", ""]
+    lines += [f"* **{a['name']}**: {a['message']}" for a in rang] or ["none rang"]
     create_markdown_artifact(
         key="training", markdown="\n".join(lines), description=f"GRPO-TCR on {dataset}"
     )
@@ -110,4 +122,17 @@ def train_flow(
         "last": done[-1] if done else None,
         "eval_before": before,
         "eval_after": after,
+        "alarms": rang,
+        "best": _best(out),
     }
+
+
+def _best(out: str) -> dict | None:
+    """The checkpoint kept for its held-out accuracy (``eval_every``), if any."""
+    import json
+    from pathlib import Path
+
+    record = Path(out) / "checkpoint-best" / "held_out.json"
+    return (
+        json.loads(record.read_text()) | {"path": str(record.parent)} if record.exists() else None
+    )

@@ -354,6 +354,9 @@ def write_report(
             + _table(table)
         )
 
+    if training:
+        sections.append(_alarms_section(training, evaluation))
+
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     page = (
         f"<!doctype html><meta charset=utf-8><title>flow run report</title><style>{CSS}</style>"
@@ -368,6 +371,33 @@ def write_report(
     with lake.fs.open(index, "wb") as f:
         f.write(page.encode())
     return index
+
+
+def _alarms_section(training: dict, evaluation: dict | None) -> str:
+    """Reward-hacking alarms over the run's metrics, held-out accuracy before and after."""
+    import orjson
+
+    from pipeline.evaluate.alarms import alarms
+
+    raw = _read(f"{training['out']}/metrics.jsonl") or b""
+    history = [orjson.loads(x) for x in raw.splitlines() if x.strip()]
+    history = [h for h in history if "reward_mean" in h]
+    held = None
+    if evaluation and len(evaluation["rows"]) >= 2:
+        first, last = evaluation["rows"][0], evaluation["rows"][-1]
+        main = f"average@{first['k']}"
+        held = [(0, first[main]), (len(history), last[main])]
+    rang = alarms(history, held)
+    checked = (
+        "training reward against held-out accuracy (before and after), tool calls and the "
+        "format rate against training accuracy"
+    )
+    items = "".join(
+        f"<li class=bad><b>{html.escape(a.name)}</b>: {html.escape(a.message)}</li>" for a in rang
+    )
+    return f"<h2>Reward-hacking alarms</h2><p>Checked over {len(history)} steps: {checked}.</p>" + (
+        f"<ul>{items}</ul>" if rang else "<p>none rang</p>"
+    )
 
 
 def write_eval_report(lake: Lake, folder: str, eval_set: str, rows: list[dict]) -> str:

@@ -139,7 +139,14 @@ def test_the_dataset_comes_from_those_pass_rates_and_training_and_eval_are_recor
         ("sft", "nano_eval", 24, 4),
     ]
     page = Path(out.split("report: ")[1].split()[0]).read_text()
-    for section in ("SFT", "Pass rates", "Dataset demo v1", "Training", "Evaluation"):
+    for section in (
+        "SFT",
+        "Pass rates",
+        "Dataset demo v1",
+        "Training",
+        "Evaluation",
+        "Reward-hacking alarms",
+    ):
         assert f"<h2>{section}" in page, section
     assert "sft_curves.png" in page and "curves.png" in page and "grpo - sft" in page
 

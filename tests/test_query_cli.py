@@ -191,10 +191,26 @@ def test_flow_run_data_stages_on_the_demo(tmp_path, monkeypatch, tiny_model):
     assert len(metrics.read_text().splitlines()) == 2
     assert (tmp_path / "run/checkpoint-latest/trainer_state.pt").exists()
     res = runner.invoke(
-        app, [*args, "--steps", "3", "--eval-set", "demo_math", "--eval-limit", "3"]
+        app,
+        [
+            *args,
+            "--steps",
+            "3",
+            "--eval-set",
+            "demo_math",
+            "--eval-limit",
+            "3",
+            "--eval-every",
+            "1",
+        ],
     )
     assert res.exit_code == 0, res.output
     assert len(metrics.read_text().splitlines()) == 3  # resumed at step 2: one more step
+    # evaluated every step, the best held-out checkpoint kept beside the latest
+    best = json.loads((tmp_path / "run/checkpoint-best/held_out.json").read_text())
+    last = json.loads(metrics.read_text().splitlines()[-1])
+    assert best["step"] == 3 and best["accuracy"] == last["held_out_accuracy"]
+    assert "best held-out checkpoint" in flat(res.output)
     assert "evaluation before" in res.output and "pass@4" in res.output
     res = runner.invoke(app, [*args, "--steps", "3", "--eval-set", "no_such_set"])
     assert res.exit_code == 2 and "no questions" in res.output
@@ -219,8 +235,8 @@ def test_flow_run_data_stages_on_the_demo(tmp_path, monkeypatch, tiny_model):
         ],
     )
     got = {r["stage"]: (r["runs"], r["n"], r["with_ci"]) for r in json.loads(res.output)}
-    # avg@4, pass@1, pass@2, pass@4, maj@4 with intervals, and 6 agent metrics (k=2: one less)
-    assert got == {"grpo": (1, 11, 5), "model": (1, 10, 4), "sft": (1, 11, 5)}, got
+    # avg@4, pass@1, pass@2, pass@4, maj@4 with intervals, and 7 agent metrics (k=2: one less)
+    assert got == {"grpo": (1, 12, 5), "model": (1, 11, 4), "sft": (1, 12, 5)}, got
     assert all(r["slices"] >= 2 for r in json.loads(res.output))
     res = runner.invoke(app, ["eval", "--model", "run/checkpoint-latest", "--eval-set", "it's"])
     assert res.exit_code == 1 and "no questions" in res.output

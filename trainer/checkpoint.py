@@ -48,7 +48,8 @@ def save_checkpoint(latest: Path, model, tokenizer, state: dict, step: int) -> N
     link.symlink_to(final.name)
     os.replace(link, latest)  # atomic: the old or the new checkpoint, never none
     for old in latest.parent.glob("checkpoint-*"):
-        if old.name not in (final.name, latest.name) and old.is_dir() and not old.is_symlink():
+        keep = (final.name, latest.name, "checkpoint-best")  # best: chosen by held-out accuracy
+        if old.name not in keep and old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)
 
 

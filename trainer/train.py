@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -22,10 +23,12 @@ from pathlib import Path
 
 import torch
 
+from pipeline.evaluate.stage import episode_metrics
 from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.rollout.engines import close as close_engine
 from pipeline.sandbox import Sandbox
+from pipeline.verify import verify
 from trainer.checkpoint import (
     plot,
     rng_state,
@@ -95,6 +98,10 @@ class TrainConfig:
     tis_cap: float = 2.0
     seed: int = 0
     checkpoint_every: int = 0  # 0: only at the end
+    # every this many steps, avg@eval_k on the held-out questions given to train(); the best
+    # is kept as checkpoint-best (chosen by held-out accuracy, never by reward). 0: off
+    eval_every: int = 0
+    eval_k: int = 4
     # auto: vllm where installed, else transformers (the trained model itself) | vllm | transformers
     rollout_backend: str = "auto"
     gradient_checkpointing: bool = False
@@ -405,8 +412,11 @@ def train(
     prompts: list[dict] | None = None,
     reward_fn: RewardFn | None = None,
     on_step: Callable[[dict], None] | None = None,
+    held_out: list[dict] | None = None,
 ) -> list[dict]:
-    """Run (or resume) training; returns the metrics of the steps run now."""
+    """Run (or resume) training; returns the metrics of the steps run now. ``held_out``:
+    questions (question_id, question, ground_truth, answer_type) evaluated every
+    ``config.eval_every`` steps."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out, latest, resume = start_run(config.out, config.seed)
@@ -575,6 +585,13 @@ def train(
                 push_weights(engine, model)
             dt = time.perf_counter() - t0
             n_tok = sum(len(e.response_ids) for e in episodes)
+            agent_m = [
+                episode_metrics(
+                    e, verify(e.final_text, q.get("ground_truth"), q.get("answer_type"))
+                )
+                for q, ge, _, _ in groups
+                for e in ge
+            ]
             r = rewards.flatten()
             n_mb = len(mb_metrics)
             # (sum, count) on this rank -> means over all ranks: every rank logs and decides
@@ -592,6 +609,14 @@ def train(
                     "response_len": (n_tok, len(episodes)),
                     "tool_calls": (sum(e.tool_calls for e in episodes), len(episodes)),
                     "tool_errors": (sum(e.tool_errors for e in episodes), len(episodes)),
+                    # the agent metrics evaluation reports (pipeline.evaluate), per step
+                    "turns": (sum(e.turns for e in episodes), len(episodes)),
+                    "format_rate": (sum(a["formatted"] for a in agent_m), len(agent_m)),
+                    "verified_by_tool": (sum(a["verified"] for a in agent_m), len(agent_m)),
+                    "recovery_rate": (
+                        sum(a["correct"] for a in agent_m if a["tool_errors"]),
+                        sum(1 for a in agent_m if a["tool_errors"]),
+                    ),
                     "overlong_frac": (
                         sum(policy_tokens(e) > config.l_max - config.l_cache for e in episodes),
                         len(episodes),
@@ -628,6 +653,10 @@ def train(
                 "step_time": dt,
                 "tokens_per_s": tokens / dt,  # all ranks
             }
+            if held_out and config.eval_every and (step + 1) % config.eval_every == 0 and rank == 0:
+                m |= keep_best(
+                    out / "checkpoint-best", model, tokenizer, held_out, config, step + 1
+                )
             m["warnings"] = _warnings(m, history, tokenizer)
             history.append(m)
             if rank == 0:  # one logger; the metrics are already reduced over the ranks
@@ -740,6 +769,42 @@ def _warnings(m: dict, history: list[dict], tokenizer) -> list[str]:
     if prev and max(prev) > 0.2 and m["tool_calls"] == 0:
         w.append("tool calls vanished")
     return w
+
+
+def keep_best(
+    best: Path, model, tokenizer, held_out: list[dict], config: TrainConfig, step: int
+) -> dict:
+    """avg@k of the model being trained on the held-out questions; saved as ``best`` (with
+    ``held_out.json``) when it beats the best so far, which survives a resume."""
+    from pipeline.evaluate import evaluate
+
+    sampling = Sampling(
+        config.temperature, config.top_p, config.max_tokens, config.seed, config.top_k
+    )
+    r = evaluate(
+        TransformersEngine.from_model(model, tokenizer),
+        held_out,
+        k=config.eval_k,
+        config=config.agent,
+        sampling=sampling,
+    )
+    acc = r[f"average@{config.eval_k}"]
+    record = best / "held_out.json"
+    so_far = json.loads(record.read_text())["accuracy"] if record.exists() else -1.0
+    if acc <= so_far:
+        return {"held_out_accuracy": acc, "best_step": json.loads(record.read_text())["step"]}
+    tmp = best.with_name(".checkpoint-best.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "held_out.json").write_text(
+        json.dumps({"step": step, "accuracy": acc, "k": config.eval_k})
+    )
+    if best.exists():
+        shutil.rmtree(best)
+    tmp.rename(best)
+    return {"held_out_accuracy": acc, "best_step": step}
 
 
 def _checkpoint(

@@ -146,6 +146,7 @@ def episode_metrics(e, verdict) -> dict:
         "turns": e.turns,
         "response_tokens": sum(e.mask),
         "correct": verdict.correct,
+        "formatted": "\\boxed{" in (e.final_text or ""),  # the answer where the verifier reads it
         # the final answer was printed by a tool call before the policy gave it
         "verified": bool(answer) and any(answer in (o or "") for o in outputs),
     }
@@ -167,6 +168,7 @@ def summary(per_q: list[tuple[int, int, bool]], agent: list[dict], k: int, boots
         if failed
         else float("nan"),
         "verified_by_tool": sum(a["verified"] for a in agent) / n_ep,
+        "format_rate": sum(a["formatted"] for a in agent) / n_ep,
         "response_tokens": sum(a["response_tokens"] for a in agent) / n_ep,
         "turns": sum(a["turns"] for a in agent) / n_ep,
     }

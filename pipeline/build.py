@@ -75,12 +75,14 @@ rows AS (
 rep AS (
   SELECT question_id, arg_min(record_id, (pick, record_id)) AS record_id,
          arg_min(source_uri, (pick, record_id)) AS source_uri
-  FROM rows GROUP BY 1)
+  FROM rows GROUP BY 1),
+tools AS (SELECT question_id, any_value(tools) AS tools FROM valid_questions GROUP BY 1)
 SELECT u.question_id, u.question, u.ground_truth, u.answer_type, coalesce(u.domain, 'unknown') AS domain,
        u.datasets, u.sources[1] AS source, lab.k, lab.n_correct, lab.n_correct / lab.k AS pass_rate, lab.label_source,
        CASE WHEN traj.calls IS NULL THEN 'unknown' WHEN traj.calls = 0 THEN 'none' WHEN traj.calls <= 1 THEN 'single' ELSE 'multi' END AS tool_pattern,
-       rep.record_id, rep.source_uri
+       rep.record_id, rep.source_uri, tools.tools
 FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN traj USING (question_id) LEFT JOIN rep USING (question_id)
+     LEFT JOIN tools USING (question_id)
 WHERE u.train_eligible AND u.ground_truth IS NOT NULL
 ORDER BY u.question_id
 """

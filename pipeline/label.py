@@ -32,7 +32,7 @@ from pipeline.transient import PERMANENT_OS_ERRORS, TransientError
 from pipeline.verify import verify
 from schemas import TABLES
 
-VERIFIABLE = ("integer", "number", "latex", "letter", "text")
+VERIFIABLE = ("integer", "number", "latex", "letter", "text", "function_calls")
 
 
 @dataclass
@@ -117,8 +117,12 @@ def recorded_labels(lake: Lake) -> dict:
 
 
 QUESTIONS = """
-SELECT question_id, question, ground_truth, answer_type FROM unique_questions
-WHERE ground_truth IS NOT NULL AND answer_type IN ('integer', 'number', 'latex', 'letter', 'text') {eval_filter}
+WITH tools AS (SELECT question_id, any_value(tools) AS tools FROM valid_questions GROUP BY 1)
+SELECT u.question_id, u.question, u.ground_truth, u.answer_type, u.datasets[1] AS dataset, t.tools
+FROM unique_questions u LEFT JOIN tools t USING (question_id)
+WHERE u.ground_truth IS NOT NULL
+  AND (u.answer_type IN ('integer', 'number', 'latex', 'letter', 'text')
+       OR (u.answer_type = 'function_calls' AND t.tools IS NOT NULL)) {eval_filter}
 ORDER BY question_id
 """
 
@@ -214,7 +218,7 @@ def rollout_labels(
             episodes = run_episodes(
                 engine,
                 tokenizer,
-                [(q["question_id"], q["question"]) for q in batch],
+                [_episode_input(q) for q in batch],
                 config.k,
                 config.agent,
                 config.sampling,
@@ -224,7 +228,7 @@ def rollout_labels(
             rollouts, labels = [], []
             for q in batch:
                 eps = [e for e in episodes if e.question_id == q["question_id"]]
-                verdicts = [verify(e.final_text, q["ground_truth"], q["answer_type"]) for e in eps]
+                verdicts = [_verdict(q, e) for e in eps]
                 for e, v in zip(eps, verdicts, strict=True):
                     rollouts.append(
                         {
@@ -283,6 +287,26 @@ def rollout_labels(
         if own_engine:
             close(engine)
     return stats | {"engine": engine.name}
+
+
+def _episode_input(q: dict) -> tuple:
+    """A function-calling question offers its own tools (its calls are the answer)."""
+    if q["answer_type"] == "function_calls":
+        return q["question_id"], q["question"], orjson.loads(q["tools"])
+    return q["question_id"], q["question"]
+
+
+def _verdict(q: dict, e):
+    """The verifier's verdict; function calls are judged by BFCL's rules against the docs."""
+    if q["answer_type"] != "function_calls":
+        return verify(e.final_text, q["ground_truth"], q["answer_type"])
+    from pipeline.evaluate.function_calls import episode_verdict
+    from pipeline.verify import Verdict
+
+    v = episode_verdict(
+        q | {"tools": orjson.loads(q["tools"]), "possible": orjson.loads(q["ground_truth"])}, e
+    )
+    return Verdict(v["correct"], None, "function_calls")
 
 
 def label(

@@ -294,6 +294,9 @@ RL_ROWS = pa.schema(
         ("tool_pattern", pa.string()),
         ("record_id", pa.string()),  # lineage: the representative's row (questions first)
         ("source_uri", pa.string()),
+        # the question's own tool specs (JSON, OpenAI shape): function-calling questions offer
+        # them to the policy, and their calls are the answer
+        ("tools", pa.string()),
     ]
 )
 

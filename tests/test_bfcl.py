@@ -207,3 +207,125 @@ def test_function_calling_metrics_of_a_policy_through_the_agent_loop(tiny_model)
     assert r["slices"]["category=simple"]["accuracy"] == 0.5
     lo, hi = r["ci"]["accuracy"]
     assert 0 <= lo < 0.5 < hi <= 1
+
+
+def test_function_call_reward_scores_format_arguments_and_result():
+    """format +1, arguments +1 (the share of expected calls matched), result +2: a right answer
+    scores 4, every wrong one below 2."""
+    from pipeline.evaluate.function_calls import reward
+
+    q, possible = load("parallel")[0]
+    fns = q["function"]
+    right = canonical(possible)
+    assert reward(fns, right, True, possible, "parallel") == 4.0
+    assert reward(fns, right[::-1], True, possible, "parallel") == 4.0  # any order
+    half = right[:1]  # one of the two calls
+    assert reward(fns, half, True, possible, "parallel") == 1.0 + 0.5
+    assert reward(fns, [], True, possible, "parallel") == 0.0  # no call where two are due
+    assert (
+        reward(fns, right, False, possible, "parallel") == 1.0
+    )  # a broken block: no format, no result
+    wrong = [{name: {**args, "zz": 1}} for c in right for name, args in c.items()]
+    assert reward(fns, wrong, True, possible, "parallel") == 1.0  # well-formed, nothing matches
+    irr, _ = load("irrelevance")[0]
+    assert reward(irr["function"], [], True, [], "irrelevance") == 4.0
+    call = [{irr["function"][0]["name"]: {}}]
+    assert reward(irr["function"], call, True, [], "irrelevance") == 0.0
+
+
+@pytest.mark.usefixtures("sandbox_available")
+def test_a_bfcl_style_rl_run_labels_builds_trains_and_exports_for_trl(tiny_model, tmp_path):
+    """BFCL simple and irrelevance questions through the pipeline: live labels from a scripted
+    policy (right on 1, 2 or 3 samples of 4) judged by BFCL's rules, a dataset whose RL rows carry
+    the tools, one GRPO-TCR step scored by the function-calling reward, and the TRL export
+    scored the same way inside TRL's GRPOTrainer."""
+    from datasets import load_dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from pipeline.build import BuildConfig, build
+    from pipeline.dedup import dedup
+    from pipeline.exports.rewards import trl_function_call_reward
+    from pipeline.ingest import IngestConfig, ingest
+    from pipeline.label import LabelConfig, label
+    from pipeline.lake import Lake
+    from pipeline.query import query
+    from pipeline.rollout.agent import AgentConfig
+    from pipeline.rollout.engines import Sampling, ScriptedEngine
+    from pipeline.validate import ValidateConfig, validate
+    from tests.conftest import PINNED
+    from trainer.train import TrainConfig, train
+
+    folder = require_shared() / "bfcl/berkeley-function-call-leaderboard/bfcl_eval/data"
+    lake = Lake(str(tmp_path / "lake"))
+    files = [str(folder / f"BFCL_v3_{c}.json") for c in ("simple", "irrelevance")]
+    ingest(files, lake, IngestConfig(now=PINNED))
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+    dedup(lake)
+    qs = query(
+        lake,
+        "SELECT question, ground_truth FROM unique_questions WHERE answer_type = 'function_calls'",
+    ).to_pylist()
+    gts = {q["question"]: json.loads(q["ground_truth"]) for q in qs}
+
+    def script(text: str, turn: int) -> str:  # 1, 2 or 3 of 4 samples right, by question
+        q, gt = next((q, g) for q, g in gts.items() if q in text)
+        right = turn % 1000 < 1 + sum(map(ord, q)) % 3
+        if not gt:  # irrelevance: the right answer calls nothing
+            return (
+                "No function fits."
+                if right
+                else '<tool_call>\n{"name": "x", "arguments": {}}\n</tool_call>'
+            )
+        if not right:
+            return "No function fits."
+        ((name, args),) = canonical(gt)[0].items()
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    cfg = LabelConfig(
+        k=4, policy=tiny_model, limit=12, sampling=Sampling(max_tokens=64),
+        agent=AgentConfig(system_prompt=None, sandbox_workers=0),
+    )  # fmt: skip
+    stats = label(lake, cfg, engine=ScriptedEngine(tok, script))
+    assert stats["labelled_now"] == 12
+    rates = query(lake, "SELECT pass_rate FROM labels WHERE label_source = 'rollouts'").to_pylist()
+    assert {r["pass_rate"] for r in rates} == {0.25, 0.5, 0.75}  # BFCL's verdicts, as scripted
+    m = build(lake, BuildConfig(name="fc", label_source="rollouts"))
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(f"{m['path']}/rl").to_pylist()
+    assert len(rows) == m["rl"]["rows"] > 0 and all(r["tools"] for r in rows)
+    # one step of GRPO-TCR on it: the tiny policy is offered each question's own tools
+    hist = train(
+        TrainConfig(
+            model=tiny_model, dataset=m["path"], out=str(tmp_path / "grpo"), steps=1,
+            prompts_per_step=2, group_size=2, max_tokens=16, rollout_backend="transformers",
+            dynamic_sampling=False,
+        )
+    )  # fmt: skip
+    assert len(hist) == 1 and 0.0 <= hist[0]["reward_mean"] <= 4.0
+    # TRL: the export's rows carry tools and category; the same reward inside GRPOTrainer
+    ds = load_dataset("parquet", data_files=f"{m['path']}/exports/trl_grpo.parquet", split="train")
+    assert all(ds["tools"]) and ds["prompt"][0][0]["role"] == "system"
+    right = [
+        [{"role": "assistant", "content": script(p[-1]["content"], 0)}] for p in ds["prompt"]
+    ]  # sample 0: always right
+    scores = trl_function_call_reward(
+        right, ds["ground_truth"], ds["answer_type"], ds["tools"], ds["category"]
+    )
+    assert scores == [4.0] * ds.num_rows
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"), max_steps=1, per_device_train_batch_size=2,
+        num_generations=2, max_completion_length=8, use_cpu=True, bf16=False,
+        report_to=[], save_strategy="no", logging_steps=1, dataloader_num_workers=0,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=tiny_model,
+        reward_funcs=[trl_function_call_reward],
+        args=args,
+        train_dataset=ds.select(range(min(4, ds.num_rows))),
+        processing_class=tok,
+    )
+    assert trainer.train().global_step == 1
+    assert "rewards/trl_function_call_reward/mean" in trainer.state.log_history[0]

@@ -131,6 +131,17 @@ def test_async_and_turns_give_the_same_outcomes_on_vllm_greedy(vllm_nano):
             got[schedule] = sorted(outcome(e, by_q[e.question_id]) for e in eps)
     assert got["async"] == got["turns"]
     assert sum(o[6] for o in got["async"]) >= 24 and sum(o[4] for o in got["async"]) >= 8
+    # and the default loop (system prompt, declared tool) at temperature 1: 20 x 8 episodes,
+    # every sampled token with the engine's own log-prob
+    eps = run_episodes(
+        eng, eng.tokenizer, [(q["question_id"], q["question"]) for q in held_out(20)], 8,
+        AgentConfig(max_turns=2, max_response_tokens=64), Sampling(max_tokens=16),
+    )  # fmt: skip
+    assert len(eps) == 160 and all(
+        len(e.mask) == len(e.response_ids) == len(e.logprobs) > 0 for e in eps
+    )
+    sampled = [lp for e in eps for lp, m in zip(e.logprobs, e.mask, strict=True) if m]
+    assert sum(lp == lp for lp in sampled) / len(sampled) > 0.9  # reported (nan: the stop token)
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,9 @@ def test_mean_reward_rises_on_a_dense_reward(small_model, tmp_path):
         max_tokens=16,
     )
     first, last = reward_gain(train(cfg, PROMPTS, reward))
-    assert last > first + 0.15, (first, last)
+    # seeds 0-3 (per-row sampling streams): 0.002 -> 0.147, 0.003 -> 0.209, 0.006 -> 0.186,
+    # 0.004 -> 0.229: from nearly never to one token in five or more
+    assert last > first + 0.1 and last > 10 * first, (first, last)
     rows = [json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 24 and {
         "entropy",

@@ -102,6 +102,9 @@ class TrainConfig:
     # is kept as checkpoint-best (chosen by held-out accuracy, never by reward). 0: off
     eval_every: int = 0
     eval_k: int = 4
+    # on function-calling questions (their own tools): format +1, arguments +1, result +2
+    # instead of the outcome's +/-1
+    function_call_reward: bool = True
     # auto: vllm where installed, else transformers (the trained model itself) | vllm | transformers
     rollout_backend: str = "auto"
     gradient_checkpointing: bool = False
@@ -139,8 +142,33 @@ def policy_tokens(e: Episode) -> int:
     return int(sum(e.mask))
 
 
+def is_function_calling(q: dict) -> bool:
+    return q.get("answer_type") == "function_calls" and bool(q.get("tools"))
+
+
+def fc_reward(e: Episode, q: dict) -> float:
+    """The function-calling reward (format +1, arguments +1, result +2) of an episode's calls."""
+    from pipeline.evaluate.function_calls import decoded, question_reward
+
+    output, parsed = decoded(e)
+    return question_reward(q | {"dataset": (q.get("datasets") or ["simple"])[0]}, output, parsed)
+
+
 def correct(e: Episode, q: dict) -> bool:
+    if is_function_calling(q):
+        return fc_reward(e, q) >= 4.0  # BFCL's verdict: only a right answer scores 4
     return outcome(e.final_text, q.get("ground_truth"), q.get("answer_type")) > 0
+
+
+def episode_input(q: dict, i: int) -> tuple:
+    """(id, question) for the agent loop; a function-calling question with its own tools."""
+    qid = q.get("question_id", str(i))
+    if is_function_calling(q):
+        import orjson
+
+        tools = q["tools"]
+        return qid, q["question"], orjson.loads(tools) if isinstance(tools, str) else tools
+    return qid, q["question"]
 
 
 def autocast(config: TrainConfig, device_type: str):
@@ -181,7 +209,10 @@ def band_adjust(config: TrainConfig, entropy: float, ent_coef: float, beta: floa
 
 def default_reward(config: TrainConfig) -> RewardFn:
     def fn(e: Episode, q: dict) -> float:
-        r = outcome(e.final_text, q.get("ground_truth"), q.get("answer_type"))
+        if is_function_calling(q) and config.function_call_reward:
+            r = fc_reward(e, q)
+        else:
+            r = outcome(e.final_text, q.get("ground_truth"), q.get("answer_type"))
         if config.use_overlong:
             r += overlong(policy_tokens(e), config.l_max, config.l_cache)
         if config.use_tool_bonus:
@@ -502,7 +533,7 @@ def train(
                 eps = run_episodes(
                     engine,
                     tokenizer,
-                    [(q.get("question_id", str(i)), q["question"]) for i, q in enumerate(qs)],
+                    [episode_input(q, i) for i, q in enumerate(qs)],
                     config.group_size,
                     config.agent,
                     Sampling(

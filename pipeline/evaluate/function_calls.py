@@ -184,7 +184,7 @@ def _list_of_dicts_ok(value: list, options: list) -> bool:
 
 def category_of(dataset: str) -> str:
     """BFCL's category from the lake's dataset name (``bfcl_live_simple`` -> ``live_simple``)."""
-    return dataset.removeprefix("bfcl_")
+    return dataset.split("/")[0].removeprefix("bfcl_")
 
 
 def decoded(episode) -> tuple[list[dict], bool]:
@@ -282,3 +282,60 @@ def evaluate_function_calls(
         for c in sorted({category_of(q["dataset"]) for q in qs})
     }
     return result
+
+
+# ---- the function-calling reward ------------------------------------------------------------
+
+
+def reward(
+    functions: list[dict], output: list[dict], parsed: bool, possible: list, category: str
+) -> float:
+    """The reward of GRPO recipes for tool calling: format +1 (the calls parse, and there are
+    some exactly when some are due), arguments +1 (the share of expected calls an output call
+    matches, name and arguments; on irrelevance, no call), result +2 (BFCL's verdict). A right
+    answer scores 4 and any wrong one below 2: the outcome dominates."""
+    relevant = "irrelevance" not in category
+    result = check(functions, output, possible, category).valid and (parsed or not relevant)
+    fmt = parsed and (bool(output) == relevant)
+    if not relevant:
+        args = 0.0 if output else 1.0
+    else:
+        used: set[int] = set()
+        for expected in possible:
+            doc = _doc(functions, next(iter(expected)))
+            hit = next(
+                (
+                    i
+                    for i, c in enumerate(output)
+                    if i not in used and doc and _call(doc, c, expected).valid
+                ),
+                None,
+            )
+            if hit is not None:
+                used.add(hit)
+        args = len(used) / len(possible) if possible else 0.0
+        if len(output) > len(possible):  # extra calls are not free
+            args *= len(possible) / len(output)
+    return float(fmt) + args + 2.0 * result
+
+
+def text_calls(text: str) -> tuple[list[dict], bool]:
+    """(the Hermes ``<tool_call>`` calls of a completion as ``[{name: arguments}]``, every block
+    parsed): what a framework's reward function sees is text."""
+    from pipeline.rollout.agent import parse_calls
+
+    calls, bad = parse_calls(text or "", "hermes")
+    return [{c["name"]: c["arguments"]} for c in calls if c.get("name")], bad == 0
+
+
+def question_reward(question: dict, output: list[dict], parsed: bool) -> float:
+    """``reward`` for a question as the lake and the exports carry it: tools (OpenAI shape, or
+    JSON text of it), ground_truth (JSON), and its BFCL category or ``bfcl_<category>`` dataset."""
+    import orjson
+
+    tools = question["tools"]
+    tools = orjson.loads(tools) if isinstance(tools, str) else tools
+    functions = [t.get("function", t) for t in tools or []]
+    possible = orjson.loads(question["ground_truth"])
+    category = category_of(question.get("category") or question.get("dataset") or "simple")
+    return reward(functions, output, parsed, possible, category)

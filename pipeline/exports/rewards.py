@@ -4,7 +4,8 @@
   ``reward.custom_reward_function.name=compute_score``; verl calls
   ``compute_score(data_source, solution_str, ground_truth, extra_info)`` per response.
 * TRL: ``GRPOTrainer(reward_funcs=[trl_reward])`` on ``trl_grpo.parquet``; TRL passes the
-  ``ground_truth`` and ``answer_type`` columns as keyword arguments.
+  ``ground_truth`` and ``answer_type`` columns as keyword arguments. On function-calling rows,
+  ``trl_function_call_reward`` (also reads ``tools`` and ``category``).
 """
 
 from __future__ import annotations
@@ -39,3 +40,30 @@ def trl_reward(
         compute_score(None, _text(c), gt, {"answer_type": at})
         for c, gt, at in zip(completions, ground_truth, answer_type, strict=True)
     ]
+
+
+def trl_function_call_reward(
+    completions: list,
+    ground_truth: list[str],
+    answer_type: list[str],
+    tools: list[str | None],
+    category: list[str | None],
+    **kwargs,
+) -> list[float]:
+    """TRL reward function for function-calling rows: format +1, arguments +1, result +2 (BFCL's
+    rules), the reward ``flow train`` uses on them; other rows score their verified outcome
+    (1 or 0)."""
+    from pipeline.evaluate.function_calls import question_reward, text_calls
+
+    out = []
+    for c, gt, at, t, cat in zip(
+        completions, ground_truth, answer_type, tools, category, strict=True
+    ):
+        text = _text(c)
+        if at == "function_calls" and t:
+            output, parsed = text_calls(text)
+            q = {"tools": t, "ground_truth": gt, "category": cat}
+            out.append(question_reward(q, output, parsed))
+        else:
+            out.append(compute_score(None, text, gt, {"answer_type": at}))
+    return out

@@ -89,6 +89,9 @@ class Episode:
     finish_reason: str = ""  # answer | max_turns | max_tokens | length
     done: bool = False
     index: int = 0  # the question's position in its run (part of its sampling seed)
+    # the calls run (the python tool); False: the question's own tools, whose calls are the
+    # answer (nothing runs them), so the episode ends on its first turn that calls
+    executes: bool = True
     seconds: float = 0.0  # from the run's start to this episode's end
 
     @property
@@ -187,7 +190,10 @@ def start_episodes(tokenizer, questions: list[tuple], k: int, config: AgentConfi
     for i, (qid, question, *own) in enumerate(questions):
         ids = prompt_ids(tokenizer, question, config, own[0] if own else None)
         messages = head_messages(question, config.system_prompt)
-        episodes += [Episode(qid, s, ids, messages=list(messages), index=i) for s in range(k)]
+        episodes += [
+            Episode(qid, s, ids, messages=list(messages), index=i, executes=not own or not own[0])
+            for s in range(k)
+        ]
     return episodes
 
 
@@ -358,7 +364,7 @@ class _Loop:
         if c.finish_reason == "length" and (not calls or _remaining(e, config) <= 0):
             e.done = True
             e.finish_reason = "max_tokens" if _remaining(e, config) <= 0 else "length"
-        elif not calls:
+        elif not calls or not e.executes:
             e.done, e.finish_reason = True, "answer"
         elif e.turns >= config.max_turns:
             e.done, e.finish_reason = True, "max_turns"

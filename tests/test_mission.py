@@ -80,7 +80,10 @@ def test_the_sft_policy_learnt_from_scratch_solves_a_clear_share(mission):
     (metrics,) = list((cwd / "data/lake/runs").glob("sft-*/metrics.jsonl"))
     loss = [json.loads(x)["loss"] for x in metrics.read_text().splitlines()]
     assert len(loss) == 1000 and sum(loss[-100:]) < sum(loss[:100]) / 4, (loss[:3], loss[-3:])
-    (sft,) = _q(lake, "SELECT value FROM evals WHERE stage = 'sft' AND metric = 'average@4'")
+    (sft,) = _q(
+        lake,
+        "SELECT value FROM evals WHERE stage = 'sft' AND metric = 'average@4' AND slice = 'all'",
+    )
     assert sft["value"] >= 0.15  # 0.36 in the run that set this
     (pool,) = _q(
         lake,
@@ -132,7 +135,8 @@ def test_the_dataset_comes_from_those_pass_rates_and_training_and_eval_are_recor
     assert len(metrics) == 6
     evals = _q(
         lake,
-        "SELECT stage, eval_set, metric, value, n, k FROM evals WHERE metric = 'average@4' ORDER BY stage",
+        "SELECT stage, eval_set, metric, value, n, k FROM evals "
+        "WHERE metric = 'average@4' AND slice = 'all' ORDER BY stage",
     )
     assert [(e["stage"], e["eval_set"], e["n"], e["k"]) for e in evals] == [
         ("grpo", "nano_eval", 24, 4),

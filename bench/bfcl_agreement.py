@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.evaluate.function_calls import check, decoded  # noqa: E402
+from pipeline.evaluate.function_calls import CATEGORIES, check, decoded  # noqa: E402
 from pipeline.ingest.records import openai_tools  # noqa: E402
 from pipeline.rollout.agent import AgentConfig, run_episodes  # noqa: E402
 from pipeline.rollout.engines import Sampling, make_engine  # noqa: E402
@@ -28,15 +28,6 @@ from pipeline.rollout.engines import Sampling, make_engine  # noqa: E402
 DATA = (
     Path(__file__).resolve().parents[2]
     / "shared/data/bfcl/berkeley-function-call-leaderboard/bfcl_eval/data"
-)
-CATEGORIES = (
-    "simple",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
 )
 
 

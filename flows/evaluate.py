@@ -109,12 +109,8 @@ def eval_model_task(
         return done | {"state": "Cached"}
     engine = make_engine(model, backend)
     try:
-        if all(q.get("answer_type") == "function_calls" for q in questions):
-            from pipeline.evaluate.function_calls import evaluate_function_calls
-
-            result = evaluate_function_calls(engine, questions, k, agent, sampling)
-        else:
-            result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
+        # (function-calling questions are judged by BFCL's rules inside)
+        result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
     finally:
         close(engine)
     record(lake, result, model, stage, eval_set, eval_id=key)

@@ -34,12 +34,13 @@ def label_task(root: str, config: LabelConfig, fingerprint: str, code: str) -> d
 
 @task(name="label-shard", **RETRIES)
 def label_shard_task(
-    root: str, config: LabelConfig, shard: int, question_ids: list[str], gpu: int | None
+    root: str, config: LabelConfig, shard: int, question_ids: list[str], gpu: str | None
 ) -> dict:
-    """One engine's share of the plan. ``gpu``: this shard's device on a GPU machine (unless
-    the runner already chose one, as Ray does for a task that asks for a GPU)."""
-    if gpu is not None and "CUDA_VISIBLE_DEVICES" not in os.environ:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    """One engine's share of the plan. ``gpu``: this shard's device on a GPU machine, an id
+    from the flow's own visible devices, set before the engine starts (a worker process
+    serves one engine: CUDA keeps the device it first started on)."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     lake = Lake(root)
     on_batch = lambda done, total: report(f"label shard {shard}", {"done": done, "total": total})  # noqa: E731
     return label(lake, config, on_batch=on_batch, only=question_ids) | {"shard": shard}
@@ -51,11 +52,15 @@ def _sharded(lk: Lake, config: LabelConfig, engines: int) -> tuple[dict, str]:
     stats |= {"labelled_now": 0, "episodes": 0, "engines": engines}
     if not todo:
         return stats, "Cached"  # nothing left to label for this policy and config
-    gpus = _gpu_count()
+    gpus = _visible_gpus()
     parts = shards(todo, engines)
     futures = [
         label_shard_task.submit(
-            lk.root, config, i, [q["question_id"] for q in part], i % gpus if gpus else None
+            lk.root,
+            config,
+            i,
+            [q["question_id"] for q in part],
+            gpus[i % len(gpus)] if gpus else None,
         )
         for i, part in enumerate(parts)
         if part
@@ -68,13 +73,19 @@ def _sharded(lk: Lake, config: LabelConfig, engines: int) -> tuple[dict, str]:
     return stats, "Completed"
 
 
-def _gpu_count() -> int:
+def _visible_gpus() -> list[str]:
+    """The device ids this flow may use: CUDA_VISIBLE_DEVICES as the scheduler set it (Slurm,
+    Kubernetes), else every GPU of the machine; none on CPU."""
     try:
         import torch
 
-        return torch.cuda.device_count()
+        count = torch.cuda.device_count()
     except ImportError:
-        return 0
+        count = 0
+    if not count:
+        return []
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return visible[:count] if visible else [str(i) for i in range(count)]
 
 
 @flow(name="label")

@@ -136,9 +136,11 @@ def planned(lake: Lake, config: LabelConfig) -> tuple[list[dict], dict]:
             f"policy folder {config.policy} does not exist (hub names need a download)"
         )
     done = _labelled(lake, _prefix(config))
-    qs = query(
-        lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
-    ).to_pylist()
+    qs = _labellable(
+        query(
+            lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
+        ).to_pylist()
+    )
     todo = [q for q in qs if q["question_id"] not in done]
     already = len(done & {q["question_id"] for q in qs})
     if config.limit is not None:  # at most `limit` questions labelled for this policy and config
@@ -190,7 +192,7 @@ def rollout_labels(
         wanted = set(only)
         todo = [
             q
-            for q in query(lake, QUESTIONS.format(eval_filter="")).to_pylist()
+            for q in _labellable(query(lake, QUESTIONS.format(eval_filter="")).to_pylist())
             if q["question_id"] in wanted and q["question_id"] not in done
         ]
         stats = {"questions": len(wanted), "already_labelled": len(wanted & done)}
@@ -287,6 +289,14 @@ def rollout_labels(
         if own_engine:
             close(engine)
     return stats | {"engine": engine.name}
+
+
+def _labellable(rows: list[dict]) -> list[dict]:
+    """Function-calling questions only of the BFCL categories the verdicts cover (multi-turn,
+    Java or JavaScript ones are judged otherwise)."""
+    from pipeline.evaluate.function_calls import supported
+
+    return [q for q in rows if q["answer_type"] != "function_calls" or supported(q["dataset"])]
 
 
 def _episode_input(q: dict) -> tuple:

@@ -357,10 +357,17 @@ def write_report(
     if training:
         sections.append(_alarms_section(training, evaluation))
 
+    return _write_page(lake, folder, "flow run report", "Run report", sections, files)
+
+
+def _write_page(
+    lake: Lake, folder: str, title: str, heading: str, sections: list[str], files: dict[str, bytes]
+) -> str:
+    """``folder/index.html`` (the sections under a heading) and its files; returns its path."""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     page = (
-        f"<!doctype html><meta charset=utf-8><title>flow run report</title><style>{CSS}</style>"
-        f"<h1>Run report</h1><p class=dim>lake <code>{html.escape(lake.root)}</code> · {when}</p>"
+        f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title><style>{CSS}</style>"
+        f"<h1>{html.escape(heading)}</h1><p class=dim>lake <code>{html.escape(lake.root)}</code> · {when}</p>"
         + "".join(sections)
     )
     lake.fs.makedirs(folder, exist_ok=True)
@@ -444,17 +451,4 @@ def write_eval_report(lake: Lake, folder: str, eval_set: str, rows: list[dict]) 
     sections.append(
         f"<h2>{html.escape(main)} by slice</h2>" + _table(slice_rows) + '<img src="metric.png">'
     )
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    page = (
-        f"<!doctype html><meta charset=utf-8><title>evaluation {html.escape(eval_set)}</title>"
-        f"<style>{CSS}</style><h1>Evaluation</h1><p class=dim>lake <code>{html.escape(lake.root)}</code> · {when}</p>"
-        + "".join(sections)
-    )
-    lake.fs.makedirs(folder, exist_ok=True)
-    for name, data in files.items():
-        with lake.fs.open(f"{folder}/{name}", "wb") as f:
-            f.write(data)
-    index = f"{folder}/index.html"
-    with lake.fs.open(index, "wb") as f:
-        f.write(page.encode())
-    return index
+    return _write_page(lake, folder, f"evaluation {eval_set}", "Evaluation", sections, files)

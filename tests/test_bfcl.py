@@ -12,18 +12,8 @@ from collections import Counter
 
 import pytest
 
-from pipeline.evaluate.function_calls import check
+from pipeline.evaluate.function_calls import CATEGORIES, check
 from tests.conftest import require_shared
-
-CATEGORIES = (
-    "simple",
-    "multiple",
-    "parallel",
-    "parallel_multiple",
-    "irrelevance",
-    "live_simple",
-    "live_multiple",
-)
 
 
 def bfcl_checker():
@@ -329,3 +319,26 @@ def test_a_bfcl_style_rl_run_labels_builds_trains_and_exports_for_trl(tiny_model
     )
     assert trainer.train().global_step == 1
     assert "rewards/trl_function_call_reward/mean" in trainer.state.log_history[0]
+
+
+def test_calls_with_non_object_arguments_are_malformed_and_other_categories_are_refused():
+    """A call whose arguments are not an object cannot reach the checker; questions of BFCL
+    categories the verdicts do not cover (multi-turn, Java) are refused with a clear error."""
+    from pipeline.evaluate.function_calls import evaluate_function_calls, supported
+    from pipeline.rollout.agent import parse_calls
+
+    for args in ("null", "5", '"[1]"'):
+        calls, bad = parse_calls(
+            f'<tool_call>{{"name": "f", "arguments": {args}}}</tool_call>', "hermes"
+        )
+        assert bad == 1 and calls[0]["name"] is None, args
+    assert supported("bfcl_live_simple/test") and not supported("bfcl_multi_turn_base/test")
+    q = {
+        "question_id": "m",
+        "question": "q",
+        "tools": [],
+        "ground_truth": "[]",
+        "dataset": "bfcl_multi_turn_base",
+    }
+    with pytest.raises(ValueError, match="no function-calling verdicts"):
+        evaluate_function_calls(None, [q])

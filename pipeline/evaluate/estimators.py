@@ -40,7 +40,7 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """Percentile interval of the mean of ``values`` (one per question)."""
     x = np.asarray(values, dtype=np.float64)
-    if len(x) == 0:
+    if len(x) == 0 or samples < 1:
         return (float("nan"), float("nan"))
     rng = np.random.default_rng(seed)
     means = x[rng.integers(0, len(x), size=(samples, len(x)))].mean(axis=1)  # [samples]

@@ -17,6 +17,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+# BFCL's single-turn categories in the shared data, the ones these verdicts cover
+CATEGORIES = (
+    "simple",
+    "multiple",
+    "parallel",
+    "parallel_multiple",
+    "irrelevance",
+    "live_simple",
+    "live_multiple",
+)
+# the live_ categories of BFCL v3 beyond the shared data, judged by the same rules
+SUPPORTED = {*CATEGORIES, "live_parallel", "live_parallel_multiple", "live_irrelevance"}
+
+
+def supported(dataset: str | None) -> bool:
+    """A BFCL single-turn Python category these verdicts cover (not Java, JavaScript, REST,
+    relevance or multi-turn, whose answers are judged otherwise)."""
+    return bool(dataset) and category_of(dataset) in SUPPORTED
+
+
 TYPES = {
     "string": str,
     "integer": int,
@@ -254,6 +274,12 @@ def evaluate_function_calls(
     from pipeline.evaluate.estimators import bootstrap_ci
     from pipeline.rollout.agent import AgentConfig, run_episodes
 
+    unknown = sorted({q["dataset"] for q in questions if not supported(q.get("dataset"))})
+    if unknown:
+        raise ValueError(
+            f"no function-calling verdicts for {unknown}: supported are BFCL's "
+            f"{', '.join(sorted(SUPPORTED))}"
+        )
     config = config or AgentConfig(system_prompt=None)
     config = replace(config, max_turns=1, tool_format="hermes")
     qs = [q | {"possible": orjson.loads(q["ground_truth"])} for q in questions]
@@ -277,6 +303,10 @@ def evaluate_function_calls(
         return out
 
     result = part(list(range(len(qs))))
+    result[f"average@{k}"] = result[
+        "accuracy"
+    ]  # the accuracy over all k samples, by its usual name
+    result["ci"][f"average@{k}"] = result["ci"]["accuracy"]
     result["slices"] = {
         f"category={c}": part([i for i, q in enumerate(qs) if category_of(q["dataset"]) == c])
         for c in sorted({category_of(q["dataset"]) for q in qs})

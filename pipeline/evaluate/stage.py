@@ -100,7 +100,15 @@ def evaluate(
 ) -> dict:
     """``questions``: dicts with question_id, question, ground_truth, answer_type (and, for the
     breakdowns, any of ``slices``: domain, dataset, difficulty). Returns the flat metrics of
-    the whole set, ``ci`` {metric: [low, high]} and ``slices`` {"domain=math": metrics}."""
+    the whole set, ``ci`` {metric: [low, high]} and ``slices`` {"domain=math": metrics}.
+    Function-calling questions (their own tools) are judged by BFCL's rules instead
+    (``function_calls.evaluate_function_calls``)."""
+    if questions and all(
+        q.get("answer_type") == "function_calls" and q.get("tools") for q in questions
+    ):
+        from pipeline.evaluate.function_calls import evaluate_function_calls
+
+        return evaluate_function_calls(engine, questions, k, config, sampling, bootstrap)
     eps = run_episodes(
         engine,
         engine.tokenizer,

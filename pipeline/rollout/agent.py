@@ -148,12 +148,10 @@ def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
                 if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
                     raise ValueError("no name")
                 args = obj.get("arguments", {})
-                calls.append(
-                    {
-                        "name": obj["name"],
-                        "arguments": orjson.loads(args) if isinstance(args, str) else args,
-                    }
-                )
+                args = orjson.loads(args) if isinstance(args, str) else args
+                if not isinstance(args, dict):
+                    raise ValueError("arguments are not an object")
+                calls.append({"name": obj["name"], "arguments": args})
             except (orjson.JSONDecodeError, ValueError):
                 calls.append({"name": None, "error": f"malformed tool call: {body[:200]}"})
                 bad += 1

@@ -54,7 +54,8 @@ class RowSampler:
     token), records the chosen token's log-prob, and leaves only that token allowed, so greedy
     decoding takes it. A row's tokens depend on its seed and its prompt, never on which other
     rows share the batch: the agent loop may batch episodes in any order (asynchronous or
-    turn by turn) and sample the same episodes."""
+    turn by turn) and sample the same episodes (up to the float rounding a batch's padding can
+    bring to the logits, which moves a draw only when it falls on a boundary of the cdf)."""
 
     def __init__(self, seeds: list[int], greedy: bool, steps: int, device):
         import torch
@@ -78,10 +79,12 @@ class RowSampler:
         if self.greedy:
             tok = logp.argmax(dim=-1)  # [B]
         else:
-            u = self.draws[len(self.out)]  # [B]: this step's draw of each row
-            cdf = logp.exp().cumsum(dim=-1)  # [B, V]; right=True never picks a zero-prob token
-            tok = torch.searchsorted(cdf, u[:, None], right=True).squeeze(1)
-            tok = tok.clamp(max=scores.shape[-1] - 1)  # u above a cdf that rounds below 1
+            u = self.draws[len(self.out)].double()  # [B]: this step's draw of each row
+            cdf = logp.double().exp().cumsum(dim=-1)  # [B, V]
+            # u scaled to the cdf's own total, so rounding never sends it past the last token
+            # with mass; right=True never picks a zero-probability token
+            tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+            tok = tok.clamp(max=scores.shape[-1] - 1)
         self.out.append(logp.gather(1, tok[:, None]).squeeze(1))
         only = torch.full_like(scores, -math.inf)
         return only.scatter(1, tok[:, None], 0.0)

@@ -703,6 +703,10 @@ def eval_(
             backend=backend,
         )
     (row,) = out["rows"]
+    for name, n in out.get("skipped", {}).items():
+        console.print(
+            f"[yellow]left out[/yellow] {n} questions of {esc(name)}: no verdicts for that BFCL category"
+        )
     console.print(
         f"[bold]{esc(eval_set)}[/bold]: {out['questions']} questions × {row['k']} samples"
         + (" (recorded earlier)" if out["state"] == "Cached" else "")

@@ -140,6 +140,18 @@ def eval_flow(
     if not questions:
         raise ValueError(f"no questions with a ground truth for evaluation set {eval_set!r}")
     calls = all(q.get("answer_type") == "function_calls" for q in questions)
+    skipped: dict[str, int] = {}
+    if calls:  # BFCL categories judged otherwise (multi-turn, Java, ...) are left out, counted
+        from pipeline.evaluate.function_calls import supported
+
+        for q in questions:
+            if not supported(q.get("dataset")):
+                skipped[q["dataset"]] = skipped.get(q["dataset"], 0) + 1
+        questions = [q for q in questions if supported(q.get("dataset"))]
+        if not questions:
+            raise ValueError(
+                f"no function-calling questions of a supported category in {eval_set!r}: {skipped}"
+            )
     agent = agent or AgentConfig(system_prompt=None if calls else AgentConfig().system_prompt)
     sampling = sampling or Sampling()
     rows = []
@@ -164,4 +176,5 @@ def eval_flow(
         "rows": rows,
         "state": state,
         "report": page,
+        "skipped": skipped,  # questions left out, by dataset (no verdicts for their category)
     }

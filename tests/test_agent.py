@@ -216,3 +216,18 @@ def test_sampling_ignores_the_models_generation_config(tiny_model):
     assert len(firsts(Sampling(temperature=1.0, max_tokens=1))) > 10  # the full softmax
     assert len(firsts(Sampling(temperature=1.0, max_tokens=1, top_k=1))) == 1  # asked for
     assert model.generation_config.top_k == 1  # the model's own config is left as it was
+
+
+def test_an_episode_that_fills_the_engines_context_ends_with_context(tok):
+    """A prompt longer than the engine's context is never sent (vLLM refuses it): the episode
+    ends as "context", and the others run; a turn's budget is cut to the room left."""
+    eng = scripted(tok, ["\\boxed{1}"])
+    short = run_episodes(eng, tok, [("s", "short")], k=1, config=AgentConfig(system_prompt=None))
+    eng.max_model_len = len(short[0].prompt_ids) + 3  # room for 3 more tokens after "short"
+    eps = run_episodes(
+        eng, tok, [("s", "short"), ("l", "a much longer question " * 20)], k=1,
+        config=AgentConfig(system_prompt=None),
+    )  # fmt: skip
+    by = {e.question_id: e for e in eps}
+    assert by["l"].finish_reason == "context" and by["l"].response_ids == []
+    assert len(by["s"].response_ids) <= 3 and by["s"].finish_reason in ("length", "answer")

@@ -233,7 +233,7 @@ def episode_verdict(question: dict, episode) -> dict:
         "names_ok": sorted(names) == sorted(next(iter(e)) for e in possible),
         "calls": len(output),
         "hallucinated": sum(n not in offered for n in names),
-        "no_call": not output and parsed,
+        "no_call": not output,  # as BFCL: a block that does not decode is no call
     }
 
 

@@ -86,7 +86,7 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     malformed_calls: int = 0
-    finish_reason: str = ""  # answer | max_turns | max_tokens | length
+    finish_reason: str = ""  # answer | max_turns | max_tokens | length | context
     done: bool = False
     index: int = 0  # the question's position in its run (part of its sampling seed)
     # the calls run (the python tool); False: the question's own tools, whose calls are the
@@ -292,6 +292,11 @@ class _Loop:
                 if not barrier or not (running or tool_queue):
                     while ready and engine.pending() < config.max_inflight:
                         e = ready.popleft()
+                        if self._room(e) < 1:  # the engine's context holds no further token
+                            e.done, e.finish_reason = True, "context"
+                            live -= 1
+                            e.seconds = time.monotonic() - t0
+                            continue
                         generating[id(e)] = e
                         engine.submit(
                             id(e), e.prompt_ids + e.response_ids, self._budget(e), self._seed(e)
@@ -380,11 +385,16 @@ class _Loop:
             e.done, e.finish_reason = True, "max_tokens"
 
     def _budget(self, e: Episode) -> Sampling:
-        """This turn's sampling: the run's distribution (top_k included), this episode's budget."""
-        return replace(
-            self.sampling,
-            max_tokens=max(1, min(self.sampling.max_tokens, _remaining(e, self.config))),
-        )
+        """This turn's sampling: the run's distribution (top_k included), this episode's budget
+        (within what the engine's context has left)."""
+        room = min(self.sampling.max_tokens, _remaining(e, self.config), self._room(e))
+        return replace(self.sampling, max_tokens=max(1, room))
+
+    def _room(self, e: Episode) -> int:
+        """Tokens the engine's context (``max_model_len``, where it has one) has left."""
+        limit = getattr(self.engine, "max_model_len", None)
+        used = len(e.prompt_ids) + len(e.response_ids)
+        return limit - used if limit else 1 << 30
 
     def _seed(self, e: Episode) -> int:
         """This turn's own sampling stream (engines that take one per request)."""

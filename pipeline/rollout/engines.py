@@ -309,6 +309,9 @@ class VLLMEngine:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self.stop_id = self.tokenizer.eos_token_id
+        # prompt + completion tokens one request may hold: the loop ends an episode that has
+        # filled it (finish_reason "context") instead of sending a request vLLM refuses
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
 
     def close(self) -> None:
         """Free the engine (its KV cache) now rather than at garbage collection: the main job

@@ -3,7 +3,7 @@
 
 ``engines=N`` shards the questions over N engines, one ``label-shard`` task each, mapped over
 the flow's task runner (``processes``, ``dask`` or ``ray`` put each engine in its own worker
-process; on a GPU machine shard i gets GPU i mod the GPU count). Each shard checkpoints its own
+process; on a GPU machine shard i gets the (i mod n)-th of the flow's n visible GPUs). Each shard checkpoints its own
 batches, so a killed run resumes shard by shard."""
 
 from __future__ import annotations

@@ -171,19 +171,24 @@ def test_served_deployments_register_and_a_triggered_run_completes(harness, demo
     assert (tmp_path / "lake/tables/ingest_log").exists()
 
 
+def _run_argv(lake: Path, demo: str) -> list[str]:
+    """`flow run --data-only` on the demo into ``lake``, as a subprocess runs it."""
+    return [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "run",
+        "--lake",
+        str(lake),
+        "--inputs",
+        demo,
+        "--data-only",
+    ]
+
+
 def _flow_run(lake: Path, demo: str, api_url: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "run",
-            "--lake",
-            str(lake),
-            "--inputs",
-            demo,
-            "--data-only",
-        ],
+        _run_argv(lake, demo),
         env=os.environ | {"PREFECT_API_URL": api_url, "SOURCE_DATE_EPOCH": EPOCH},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -242,17 +247,7 @@ def test_two_runs_at_once_on_one_lake_neither_corrupt_nor_duplicate(
 
     lake = tmp_path / "lake"
     env = os.environ | {"PREFECT_API_URL": PREFECT_API_URL.value(), "SOURCE_DATE_EPOCH": EPOCH}
-    cmd = [
-        sys.executable,
-        "-m",
-        "flows.cli",
-        "run",
-        "--lake",
-        str(lake),
-        "--inputs",
-        demo,
-        "--data-only",
-    ]
+    cmd = _run_argv(lake, demo)
     procs = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         for _ in range(2)

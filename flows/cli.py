@@ -360,7 +360,7 @@ def dedup(
 
 
 def _print_label(out: dict) -> None:
-    from pipeline.select import SelectConfig, difficulty
+    from pipeline.select import SelectConfig, pass_rate_bin
 
     console.print(f"[bold]label[/bold] {esc(out['stats'])}")
     hist: dict[str, list] = {}
@@ -368,10 +368,8 @@ def _print_label(out: dict) -> None:
         hist.setdefault(h["label_source"], []).append(h)
     for src, rows in hist.items():
         buckets = {"all wrong": 0, "hard": 0, "medium": 0, "easy": 0, "all right": 0}
-        for h in rows:  # the bins `flow build` balances (pipeline.select.difficulty)
-            p = h["pass_rate"]
-            b = "all wrong" if p == 0 else "all right" if p == 1 else difficulty(p, SelectConfig())
-            buckets[b] += h["questions"]
+        for h in rows:  # the bins `flow build` balances (pipeline.select.pass_rate_bin)
+            buckets[pass_rate_bin(h["pass_rate"], SelectConfig())] += h["questions"]
         console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
 
 

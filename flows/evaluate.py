@@ -50,7 +50,7 @@ def held_out(lake: Lake, eval_set: str, limit: int | None) -> list[dict]:
     ``prefix*`` of datasets: ``bfcl_*``), with what the breakdowns need: domain, dataset, and
     the difficulty bin where the lake has labels for the question."""
     from pipeline.query import query, sql_string
-    from pipeline.select import SelectConfig, difficulty
+    from pipeline.select import SelectConfig, pass_rate_bin
 
     name, _, split = eval_set.partition("/")
     if name.endswith("*"):
@@ -75,15 +75,7 @@ def held_out(lake: Lake, eval_set: str, limit: int | None) -> list[dict]:
     for r in rows:
         r["tools"] = orjson.loads(r["tools"]) if r["tools"] else None
         p = rates.get(r["question_id"])
-        r["difficulty"] = (
-            None
-            if p is None
-            else "all wrong"
-            if p == 0
-            else "all right"
-            if p == 1
-            else difficulty(p, SelectConfig())
-        )
+        r["difficulty"] = None if p is None else pass_rate_bin(p, SelectConfig())
     return rows
 
 

@@ -40,6 +40,15 @@ def difficulty(pass_rate: float, config: SelectConfig) -> str | None:
     return "easy" if pass_rate >= config.easy_min else "medium"
 
 
+def pass_rate_bin(pass_rate: float, config: SelectConfig) -> str:
+    """``difficulty``, with the two ends named: all wrong (0/K) and all right (K/K)."""
+    if pass_rate <= 0:
+        return "all wrong"
+    if pass_rate >= 1:
+        return "all right"
+    return difficulty(pass_rate, config)
+
+
 def entropy(values: list) -> float:
     """Shannon entropy (bits) of a list of labels."""
     n = len(values)

@@ -127,15 +127,23 @@ ORDER BY question_id
 """
 
 
-def planned(lake: Lake, config: LabelConfig) -> tuple[list[dict], dict]:
-    """The questions still to label for this policy revision and config (``limit`` applied),
-    and the counts behind them."""
+def policy_revision(config: LabelConfig) -> str:
+    """The revision of the policy folder live labels are keyed on (hashed once per run)."""
     assert config.policy is not None
     if not Path(config.policy).is_dir():
         raise FileNotFoundError(
             f"policy folder {config.policy} does not exist (hub names need a download)"
         )
-    done = _labelled(lake, _prefix(config))
+    return model_revision(config.policy)
+
+
+def planned(
+    lake: Lake, config: LabelConfig, revision: str | None = None
+) -> tuple[list[dict], dict]:
+    """The questions still to label for this policy revision and config (``limit`` applied),
+    and the counts behind them."""
+    revision = revision or policy_revision(config)
+    done = _labelled(lake, _prefix(revision, config))
     qs = _labellable(
         query(
             lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
@@ -157,8 +165,8 @@ def shards(questions: list[dict], n: int) -> list[list[dict]]:
     return out
 
 
-def _prefix(config: LabelConfig) -> str:
-    return f"rollouts-{model_revision(config.policy)}-{config.config_key()}-"
+def _prefix(revision: str, config: LabelConfig) -> str:
+    return f"rollouts-{revision}-{config.config_key()}-"
 
 
 def _labelled(lake: Lake, prefix: str) -> set[str]:
@@ -181,12 +189,11 @@ def rollout_labels(
     """K live episodes per question; resumable per batch of questions. ``only``: label just
     these question ids (a shard of a plan made by ``planned``), those not labelled yet."""
     policy = config.policy
-    assert policy is not None
-    revision = model_revision(policy)
+    revision = policy_revision(config)
     key = config.config_key()
-    prefix = _prefix(config)
+    prefix = _prefix(revision, config)
     if only is None:
-        todo, stats = planned(lake, config)
+        todo, stats = planned(lake, config, revision)
     else:
         done = _labelled(lake, prefix)
         wanted = set(only)

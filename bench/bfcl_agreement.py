@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.evaluate.function_calls import CATEGORIES, check, decoded  # noqa: E402
+from pipeline.evaluate.function_calls import CATEGORIES, bfcl_verdict, check, decoded  # noqa: E402
 from pipeline.ingest.records import openai_tools  # noqa: E402
 from pipeline.rollout.agent import AgentConfig, run_episodes  # noqa: E402
 from pipeline.rollout.engines import Sampling, make_engine  # noqa: E402
@@ -45,10 +45,6 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=96)
     a = ap.parse_args()
-    from bfcl_eval.constants.enums import Language
-    from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
-    from bfcl_eval.utils import is_empty_output
-
     from pipeline.rollout.tiny_model import build_tiny_model
 
     policy = a.policy or str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
@@ -74,14 +70,7 @@ def main() -> None:
                 if not parsed and "irrelevance" not in cat:
                     output = None  # BFCL's decoder fails: invalid for both
                 ours = output is not None and check(q["function"], output, possible, cat).valid
-                if output is None:
-                    theirs = False
-                elif "irrelevance" in cat:
-                    theirs = is_empty_output(output)
-                else:
-                    theirs = ast_checker(
-                        q["function"], output, possible, Language.PYTHON, cat, "Qwen/Qwen3-0.6B-FC"
-                    )["valid"]
+                theirs = output is not None and bfcl_verdict(q["function"], output, possible, cat)
                 agree[cat] += ours == theirs
                 valid[cat] += theirs
                 if ours != theirs:

@@ -12,29 +12,18 @@ from collections import Counter
 
 import pytest
 
-from pipeline.evaluate.function_calls import CATEGORIES, check
+from pipeline.evaluate.function_calls import CATEGORIES, bfcl_verdict, check
 from tests.conftest import require_shared
 
 
 def bfcl_checker():
     try:
-        from bfcl_eval.constants.enums import Language
-        from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
-        from bfcl_eval.utils import is_empty_output
+        import bfcl_eval.eval_checker.ast_eval.ast_checker  # noqa: F401
     except ImportError as e:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI installs bfcl-eval (make setup): {e}")
         pytest.skip(f"bfcl-eval is not installed: {e}")
-
-    def verdict(functions, output, possible, category) -> bool:
-        if "irrelevance" in category:  # BFCL's relevance runner: valid when nothing is called
-            return is_empty_output(output)
-        return ast_checker(functions, output, possible, Language.PYTHON, category, MODEL)["valid"]
-
-    return verdict
-
-
-MODEL = "Qwen/Qwen3-0.6B-FC"  # a model whose function names keep their dots
+    return bfcl_verdict
 
 
 def load(category: str) -> list[tuple[dict, list]]:

@@ -79,6 +79,22 @@ def check(functions: list[dict], output: list[dict], possible: list[dict], categ
     return _call(functions[0], output[0], possible[0])
 
 
+def bfcl_verdict(functions: list[dict], output: list[dict], possible: list, category: str) -> bool:
+    """BFCL's own verdict (``bfcl-eval``'s ``ast_checker``; on irrelevance its relevance
+    runner's ``is_empty_output``): the reference ``check`` is tested against. Needs bfcl-eval,
+    which only the tests and bench/bfcl_agreement.py import."""
+    from bfcl_eval.constants.enums import Language
+    from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
+    from bfcl_eval.utils import is_empty_output
+
+    if "irrelevance" in category:
+        return is_empty_output(output)
+    # a model whose function names keep their dots, as the offered docs write them
+    return ast_checker(
+        functions, output, possible, Language.PYTHON, category, "Qwen/Qwen3-0.6B-FC"
+    )["valid"]
+
+
 def _doc(functions: list[dict], name: str) -> dict | None:
     return next((f for f in functions if f.get("name") == name), None)
 

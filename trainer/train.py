@@ -28,7 +28,7 @@ from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.rollout.engines import close as close_engine
 from pipeline.sandbox import Sandbox
-from pipeline.verify import verify
+from pipeline.verify import Verdict, extract_answer
 from trainer.checkpoint import (
     plot,
     rng_state,
@@ -616,12 +616,11 @@ def train(
                 push_weights(engine, model)
             dt = time.perf_counter() - t0
             n_tok = sum(len(e.response_ids) for e in episodes)
+            # correctness as the step already judged it (``correct``, BFCL's rules included)
             agent_m = [
-                episode_metrics(
-                    e, verify(e.final_text, q.get("ground_truth"), q.get("answer_type"))
-                )
-                for q, ge, _, _ in groups
-                for e in ge
+                episode_metrics(e, Verdict(ok, extract_answer(e.final_text), "train"))
+                for _, ge, _, acc in groups
+                for e, ok in zip(ge, acc, strict=True)
             ]
             r = rewards.flatten()
             n_mb = len(mb_metrics)

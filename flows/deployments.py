@@ -36,7 +36,7 @@ def load(path: str | Path | None = None, base: Path | None = None) -> list[Deplo
         cfg = tomllib.load(f)
     base = base or Path(os.getcwd())
     from flows.mission import STAGES as MISSION_STAGES
-    from flows.pipeline import STAGES
+    from flows.pipeline import EXTRA, STAGES
 
     lake = _local(cfg.get("lake", "data/lake"), base)
     landing = _local(cfg.get("landing", "data/landing"), base)
@@ -44,7 +44,7 @@ def load(path: str | Path | None = None, base: Path | None = None) -> list[Deplo
     for name, d in cfg.get("deployments", {}).items():
         mission = bool(d.get("mission", False))  # the whole mission's stages (MissionConfig)
         stages = list(d.get("stages", MISSION_STAGES if mission else STAGES))
-        unknown = set(stages) - ({*MISSION_STAGES} if mission else {*STAGES, "train"})
+        unknown = set(stages) - ({*MISSION_STAGES} if mission else {*STAGES, *EXTRA})
         if unknown:
             raise ValueError(f"{cfg_path}: deployment {name}: unknown stage(s) {sorted(unknown)}")
         params: dict[str, Any] = {

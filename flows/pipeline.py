@@ -38,6 +38,8 @@ DEMO_DIR = "data/demo"
 
 
 STAGES = ("ingest", "validate", "dedup", "label", "build")
+EXTRA = ("record", "train")  # stages a run names explicitly: the recorder's commit, training
+ORDER = ("record", *STAGES, "train")
 
 
 def latest_dataset(lake: Lake, name: str) -> str:
@@ -62,6 +64,12 @@ class StageFailed(RuntimeError):
 
 
 def _summary(stage: str, out: dict) -> dict[str, Any]:
+    if stage == "record":
+        return {
+            "calls read": out["calls_read"],
+            "episodes committed": out["episodes_committed"],
+            "episodes open": out["episodes_open"],
+        }
     if stage == "ingest":
         t = out["totals"]
         return {
@@ -175,9 +183,9 @@ def pipeline_flow(
             write_run_report,
         )
     todo = list(stages or STAGES) + (["train"] if train_model and not stages else [])
-    unknown = set(todo) - {*STAGES, "train"}
+    unknown = set(todo) - set(ORDER)
     if unknown:
-        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(STAGES)}, train")
+        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(ORDER)}")
     if "train" in todo and not train_model:
         raise ValueError("the train stage needs train_model (the SFT policy's folder)")
     if not inputs and "ingest" in todo:
@@ -190,8 +198,12 @@ def pipeline_flow(
         return fl.with_options(task_runner=task_runner(runner, workers, address))
 
     manifest = None
-    for stage in (s for s in [*STAGES, "train"] if s in todo):
-        if stage == "ingest":
+    for stage in (s for s in ORDER if s in todo):
+        if stage == "record":
+            from flows.record import record_flow
+
+            _stage(stage, record_flow, results, rows, lake=root)
+        elif stage == "ingest":
             _stage(stage, mapped(ingest_flow), results, rows, paths=inputs, lake=root)
         elif stage == "validate":
             _stage(stage, validate_flow, results, rows, lake=root)

@@ -25,6 +25,7 @@ from pipeline.ingest.readers.openhands import OpenHandsReader
 from pipeline.ingest.readers.otel_genai import OTelGenAIReader
 from pipeline.ingest.readers.question_pools import QuestionPoolReader
 from pipeline.ingest.readers.react import ReActReader
+from pipeline.ingest.readers.recorded import RecordedReader
 from pipeline.ingest.readers.sharegpt import ShareGPTReader, TypedPartsReader
 from pipeline.ingest.readers.swe_agent import SweAgentReader
 from pipeline.ingest.readers.tau_bench import TauBenchReader, TauFewShotReader
@@ -32,6 +33,7 @@ from pipeline.ingest.readers.toolbench import ToolBenchAnswerReader, ToolBenchQu
 from pipeline.ingest.readers.tora import ToRAReader
 
 BUILTIN: list[type[Reader]] = [
+    RecordedReader,
     BFCLCompanionReader,
     SweBenchResultsReader,
     TauBenchReader,

@@ -1,0 +1,234 @@
+"""The recording proxy: an OpenAI-compatible HTTP server in front of any compatible upstream.
+
+Every request under ``/v1`` is forwarded with its body unchanged (headers too, less hop-by-hop
+ones and the recorder's own ``X-Flow-*``). Chat completions (``/v1/chat/completions``) and
+Anthropic messages (``/v1/messages``) are recorded: a plain response is returned only after its
+call is durable in the log; a stream is passed through event by event as it arrives and only its
+closing event (``data: [DONE]`` / ``message_stop``) waits for the log. So a client that saw a
+complete answer has an acknowledged call, and an acknowledged call survives kill -9.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from pipeline.recorder.calls import (
+    StreamAssembler,
+    call_record,
+    kind_of,
+    new_request_id,
+    parse_json,
+)
+from pipeline.recorder.config import REQUEST_ID_HEADER, RecorderConfig
+from pipeline.recorder.wal import WAL
+
+_HOP = {
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "accept-encoding",  # the proxy reads bodies: let the upstream send them as they are
+}
+_HOP_RESPONSE = _HOP | {"content-encoding", "date", "server"}
+
+
+def _forward_headers(headers: Any) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in headers.items()
+        if k.lower() not in _HOP and not k.lower().startswith("x-flow-")
+    }
+
+
+def _response_headers(headers: httpx.Headers, request_id: str | None) -> dict[str, str]:
+    out = {k: v for k, v in headers.items() if k.lower() not in _HOP_RESPONSE}
+    if request_id:
+        out[REQUEST_ID_HEADER] = request_id
+    return out
+
+
+def _upstream_error(e: Exception, upstream: str) -> JSONResponse:
+    msg = f"the recorder could not reach its upstream {upstream}: {type(e).__name__}: {e}"
+    return JSONResponse(
+        {"error": {"message": msg, "type": "upstream_unavailable"}}, status_code=502
+    )
+
+
+class Recorder:
+    """The proxy's state: the upstream client, the log, counters for ``/healthz``."""
+
+    def __init__(self, config: RecorderConfig, wal: WAL) -> None:
+        self.config = config
+        self.wal = wal
+        self.upstream = config.upstream.rstrip("/")
+        self.client: httpx.AsyncClient | None = None
+        self.recorded = 0
+        self.failed = 0
+
+    def _url(self, path: str) -> str:
+        sub = path[len("/v1") :] if path.startswith("/v1") else path
+        return self.upstream + sub
+
+    async def _store(self, rec: dict) -> None:
+        await self.wal.append_async(rec)
+        self.recorded += 1
+
+    async def handle(self, request: Request) -> Response:
+        assert self.client is not None
+        body = await request.body()
+        kind = kind_of(request.url.path) if request.method == "POST" else None
+        url = self._url(request.url.path)
+        headers = _forward_headers(request.headers)
+        params = list(request.query_params.multi_items())
+        if kind is None:  # /v1/models and anything else: forwarded, not recorded
+            try:
+                r = await self.client.request(
+                    request.method, url, content=body, headers=headers, params=params
+                )
+            except httpx.HTTPError as e:
+                return _upstream_error(e, self.upstream)
+            return Response(r.content, r.status_code, _response_headers(r.headers, None))
+
+        rid = new_request_id()
+        started_at, t0 = time.time(), time.perf_counter()
+        req_json = parse_json(body)
+        stream = isinstance(req_json, dict) and bool(req_json.get("stream"))
+
+        def record(status: int, response: Any, **kw: Any) -> dict:
+            return call_record(
+                request_id=rid,
+                instance=self.wal.instance,
+                kind=kind,
+                upstream=self.upstream,
+                headers=request.headers,
+                request_body=body,
+                status=status,
+                response=response,
+                started_at=started_at,
+                seconds=time.perf_counter() - t0,
+                stream=stream,
+                **{"ttft": None} | kw,
+            )
+
+        try:
+            up = await self.client.send(
+                self.client.build_request(
+                    "POST", url, content=body, headers=headers, params=params
+                ),
+                stream=True,
+            )
+        except httpx.HTTPError as e:
+            resp = _upstream_error(e, self.upstream)
+            await self._store(record(502, parse_json(resp.body), error=f"{type(e).__name__}: {e}"))
+            return resp
+        is_sse = up.headers.get("content-type", "").startswith("text/event-stream")
+        if not is_sse:
+            try:
+                content = await up.aread()
+            finally:
+                await up.aclose()
+            rec = record(up.status_code, parse_json(content))
+            await self._store(rec)  # durable before the client sees the answer
+            return Response(content, up.status_code, _response_headers(up.headers, rid))
+        return StreamingResponse(
+            self._relay(up, kind, record),
+            status_code=up.status_code,
+            headers=_response_headers(up.headers, rid),
+        )
+
+    async def _relay(self, up: httpx.Response, kind: str, record: Any):
+        """The stream, event by event; the closing event is sent once the call is durable."""
+        asm = StreamAssembler(kind)
+        t0 = time.perf_counter()
+        held: list[bytes] = []
+        done = False
+        try:
+            async for chunk in up.aiter_bytes():
+                for event in asm.feed(chunk):
+                    if asm.is_done(event) or held:
+                        held.append(event)
+                    else:
+                        yield event
+            if asm.buf:
+                held.append(asm.buf)
+            ttft = None if asm.first_event_at is None else asm.first_event_at - t0
+            await self._store(record(up.status_code, asm.response(), ttft=ttft))
+            done = True
+            for event in held:
+                yield event
+        finally:
+            await up.aclose()
+            if (
+                not done
+            ):  # the client went away (or the upstream broke): kept, marked, not acknowledged
+                self.failed += 1
+                self.wal.append(record(up.status_code, asm.response(), client_disconnected=True))
+
+
+def create_app(config: RecorderConfig, wal: WAL) -> Starlette:
+    rec = Recorder(config, wal)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        async with httpx.AsyncClient(timeout=config.timeout, limits=limits) as client:
+            rec.client = client
+            yield
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "status": "ok",
+                "instance": wal.instance,
+                "recorded": rec.recorded,
+                "upstream": config.upstream,
+            }
+        )
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/v1/{path:path}", rec.handle, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.recorder = rec
+    return app
+
+
+def serve(config: RecorderConfig, wal: WAL, on_ready: Any = None) -> None:
+    """Run the proxy until SIGINT/SIGTERM; the log is closed (sealed) on the way out."""
+    import uvicorn
+
+    app = create_app(config, wal)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host=config.host, port=config.port, log_level="warning", access_log=False
+        )
+    )
+    if on_ready is not None:
+        orig = server.startup
+
+        async def startup(sockets: Any = None) -> None:
+            await orig(sockets=sockets)
+            on_ready()
+
+        server.startup = startup
+    try:
+        server.run()
+    finally:
+        wal.close()

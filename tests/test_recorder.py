@@ -400,6 +400,43 @@ def converse(
     return msgs
 
 
+ANTHROPIC_TOOL = {
+    "name": "python",
+    "description": PYTHON_TOOL["function"]["description"],
+    "input_schema": PYTHON_TOOL["function"]["parameters"],
+}
+
+
+def converse_anthropic(client, question: str, stream: bool, sandbox) -> list[tuple]:
+    """The same loop over the Anthropic Messages API (vLLM's /v1/messages), with the official
+    `anthropic` client; returns (role, text, calls, results) per turn as the client saw them."""
+    msgs: list[dict] = [{"role": "user", "content": question}]
+    seen = [("user", question, [], [])]
+    for _ in range(3):
+        kw = dict(model="nano", max_tokens=64, messages=msgs, tools=[ANTHROPIC_TOOL])
+        kw["extra_body"] = {"temperature": 0}  # (this SDK version takes no temperature)
+        if stream:
+            with client.messages.stream(**kw) as s:
+                m = s.get_final_message()
+        else:
+            m = client.messages.create(**kw)
+        blocks = [b.model_dump(exclude_none=True) for b in m.content]
+        uses = [b for b in blocks if b["type"] == "tool_use"]
+        text = "\n".join(b["text"] for b in blocks if b["type"] == "text")
+        seen.append(("assistant", text, [(b["name"], b["input"]) for b in uses], []))
+        msgs.append({"role": "assistant", "content": blocks})
+        if not uses:
+            break
+        results = [
+            {"type": "tool_result", "tool_use_id": b["id"],
+             "content": sandbox.run(b["input"].get("code", "")).as_tool_output()}
+            for b in uses
+        ]  # fmt: skip
+        msgs.append({"role": "user", "content": results})
+        seen += [("tool", "", [], [r["content"]]) for r in results]
+    return seen
+
+
 def _same_turns(stored: list[dict], seen: list[dict]) -> None:
     assert [m["role"] for m in stored] == [m["role"] for m in seen]
     for s, c in zip(stored, seen, strict=True):
@@ -427,6 +464,7 @@ def _no_secret_anywhere(root: Path) -> int:
 def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
     upstream, sandbox_available, tmp_path
 ):
+    import anthropic
     import openai
 
     from pipeline.dedup.stage import dedup
@@ -437,7 +475,7 @@ def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
     lake = tmp_path / "lake"
     proxy = Proxy(upstream, lake).start()
     client = openai.OpenAI(base_url=proxy.url, api_key=KEY, max_retries=0)
-    seen = {}
+    seen, anth, answers = {}, {}, {}
     try:
         assert [m.id for m in client.models.list().data] == ["nano"]  # /v1/models, forwarded
         with pytest.raises(openai.AuthenticationError):  # the key reached the upstream unchanged
@@ -445,32 +483,55 @@ def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
         with Sandbox(NANO_AGENT.sandbox, 2) as box:
             for i, (a, b) in enumerate([(23, 41), (57, 19), (88, 12), (34, 66)]):
                 q = f"What is {a} times {b}?"
+                answers[q] = str(a * b)
                 headers = {
                     "x-flow-answer": str(a * b),
                     "x-api-key": OTHER_SECRET,
                     "api-key": OTHER_SECRET,
                 }
                 seen[q] = converse(client, q, stream=i % 2 == 1, sandbox=box, headers=headers)
+            # the Anthropic Messages API through the same proxy (x-api-key and a bearer token)
+            ant = anthropic.Anthropic(
+                base_url=proxy.url[:-3],
+                auth_token=KEY,
+                max_retries=0,
+                default_headers={"x-api-key": OTHER_SECRET},
+            )
+            for stream, (a, b) in zip((False, True), [(71, 13), (29, 48)], strict=True):
+                q = f"What is {a} times {b}?"
+                anth[q] = converse_anthropic(ant, q, stream, box)
     finally:
         proxy.stop()
     assert any(m.get("tool_calls") for conv in seen.values() for m in conv), (
         "the policy made no tool call"
     )
+    assert any(t[2] for conv in anth.values() for t in conv), "no tool call over /v1/messages"
     res = commit(Lake(str(lake)), CommitConfig())
     calls = sum(sum(m["role"] == "assistant" for m in c) for c in seen.values())
-    assert res.calls_read == calls == res.calls_committed and res.episodes_committed == 4
-    assert res.ingest["accepted"] == 4 and res.ingest["quarantined"] == 0
-    assert (
-        res.archived_segments == 1
-    )  # the proxy stopped: its segment is sealed and all in the lake
+    calls += sum(sum(t[0] == "assistant" for t in c) for c in anth.values())
+    assert res.calls_read == calls == res.calls_committed and res.episodes_committed == 6
+    assert res.ingest["accepted"] == 6 and res.ingest["quarantined"] == 0
+    # the proxy stopped: its one segment is sealed, all of it is in the lake, so it is archived
+    assert res.archived_segments == 1
     con = connect(Lake(str(lake)))
     rows = con.execute(
-        "SELECT question, messages, ground_truth, model, metadata, source, source_format FROM trajectories"
+        "SELECT question, messages, ground_truth, model, metadata, source, source_format "
+        "FROM trajectories"
     ).fetchall()
-    assert len(rows) == 4
+    assert len(rows) == 6
     for question, messages, truth, model, meta, source, fmt in rows:
+        if question in anth:
+            got = [
+                (m["role"], m["content"] or "" if m["role"] != "tool" else "",
+                 [(t["name"], json.loads(t["arguments"])) for t in m["tool_calls"] or []],
+                 [m["content"]] if m["role"] == "tool" else [])
+                for m in messages
+            ]  # fmt: skip
+            assert got == anth[question], (got, anth[question])
+            assert json.loads(meta)["recorder"]["turns"][0]["status"] == 200
+            continue
         _same_turns(messages, seen[question])
-        assert truth == str(eval(question[8:-1].replace("times", "*")))  # the x-flow-answer header
+        assert truth == answers[question]  # from the x-flow-answer header
         assert (model, source, fmt) == ("nano", "recorded", "recorded")
         rec = json.loads(meta)["recorder"]
         assert (
@@ -491,9 +552,9 @@ def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
         )
     # ... and on through the curation stages like any other source
     v = validate(Lake(str(lake)))
-    assert v.tables["trajectories"]["rows"] == 4 and v.tables["trajectories"]["quarantined"] == 0
+    assert v.tables["trajectories"]["rows"] == 6 and v.tables["trajectories"]["quarantined"] == 0
     d = dedup(Lake(str(lake)))
-    assert d.counts["trajectories_kept"] + d.counts.get("trajectories_near_duplicates", 0) == 4
+    assert d.counts["trajectories_kept"] + d.counts.get("trajectories_near_duplicates", 0) == 6
     again = commit(Lake(str(lake)), CommitConfig())
     assert again.calls_read == 0 and "no calls" in again.note  # archived, nothing twice
     assert _no_secret_anywhere(lake) > 5

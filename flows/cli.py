@@ -277,7 +277,8 @@ def record(
     def ready() -> None:
         err.print(
             f"recording http://{host}:{port}/v1 -> {esc(upstream)}; log {esc(log.folder)}{earlier}\n"
-            "commit episodes into the lake with `flow record-commit`"
+            "commit episodes into the lake with `flow record-commit`",
+            soft_wrap=True,
         )
 
     serve(config, log, on_ready=ready)

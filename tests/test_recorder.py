@@ -190,10 +190,10 @@ def test_stream_assembly_matches_the_plain_response():
     ]
     raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
     asm = StreamAssembler("chat.completions")
-    out = []
-    for i in range(0, len(raw), 7):
-        out += asm.feed(raw[i : i + 7])
-    assert b"".join(out) == raw and asm.is_done(out[-1])
+    out = [asm.feed(raw[i : i + 7]) for i in range(0, len(raw), 7)]
+    assert b"".join(out) == raw  # every byte forwarded, each piece whole events
+    assert all(not o or o.endswith(b"\n\n") for o in out) and not asm.buf
+    assert asm.done_at(out[-1]) >= 0 and asm.done_at(out[0] + out[1]) == -1
     resp = asm.response()
     msg = resp["choices"][0]["message"]
     assert msg["content"] == "Let me " and msg["tool_calls"][0]["function"] == {

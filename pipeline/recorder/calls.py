@@ -76,42 +76,47 @@ class StreamAssembler:
         self.usage: Any = None
         self.message: dict | None = None  # anthropic
         self.blocks: dict[int, dict] = {}
+        self.raw: list[bytes] = []
+        self.parsed = False
 
-    def feed(self, chunk: bytes) -> list[bytes]:
-        """Complete events seen so far in the byte stream (each with its separator)."""
+    def feed(self, chunk: bytes) -> bytes:
+        """The complete events that ``chunk`` finishes (with their separators), in one piece: what
+        may be forwarded now. An unfinished event waits in ``buf`` for the next chunk. Parsing
+        waits for ``response()``, so the hot path is a few byte searches per chunk."""
         self.buf += chunk
-        out = []
-        while (m := _EVENT_END.search(self.buf)) is not None:
-            event, self.buf = self.buf[: m.end()], self.buf[m.end() :]
-            out.append(event)
-            self._event(event)
-        return out
-
-    @staticmethod
-    def is_done(event: bytes) -> bool:
-        """The event that tells the client the stream is over: held back until the call is stored."""
-        s = event.strip()
-        return s == b"data: [DONE]" or s.startswith(b"event: message_stop")
-
-    def _event(self, event: bytes) -> None:
-        data = b"".join(
-            line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")
-        )
-        if not data or data == b"[DONE]":
-            return
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return
-        if not isinstance(obj, dict):
-            return
-        self.events += 1
+        lf, crlf = self.buf.rfind(b"\n\n"), self.buf.rfind(b"\r\n\r\n")
+        end = max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+        if not end:
+            return b""
+        complete, self.buf = self.buf[:end], self.buf[end:]
         if self.first_event_at is None:
             self.first_event_at = time.perf_counter()
-        if self.kind == "messages":
-            self._anthropic(obj)
-        else:
-            self._chat(obj)
+        self.raw.append(complete)
+        return complete
+
+    def done_at(self, events: bytes) -> int:
+        """Where the event that tells the client the stream is over starts (``data: [DONE]``,
+        Anthropic's ``message_stop``), or -1. It is held back until the call is stored."""
+        return events.find(b"event: message_stop" if self.kind == "messages" else b"data: [DONE]")
+
+    def _parse(self) -> None:
+        for event in _EVENT_END.split(b"".join(self.raw)):
+            data = b"".join(
+                line[5:].strip() for line in event.splitlines() if line.startswith(b"data:")
+            )
+            if not data or data == b"[DONE]":
+                continue
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            self.events += 1
+            if self.kind == "messages":
+                self._anthropic(obj)
+            else:
+                self._chat(obj)
 
     def _chat(self, obj: dict) -> None:
         if not self.head:
@@ -174,8 +179,21 @@ class StreamAssembler:
             if obj.get("usage"):
                 self.message["usage"] = {**(self.message.get("usage") or {}), **obj["usage"]}
 
+    def sse(self) -> str:
+        """The stream as the client received it (what the log keeps; parsed at commit time)."""
+        return b"".join([*self.raw, self.buf]).decode("utf-8", "replace")
+
+    @classmethod
+    def of(cls, kind: str, sse: str) -> StreamAssembler:
+        asm = cls(kind)
+        asm.raw = [sse.encode()]
+        return asm
+
     def response(self) -> dict:
         """The assembled response, shaped as the non-streaming API returns it."""
+        if not self.parsed:
+            self.parsed = True
+            self._parse()
         if self.kind == "messages":
             msg = dict(self.message or {})
             content = []
@@ -214,8 +232,10 @@ def call_record(
     stream: bool,
     error: str | None = None,
     client_disconnected: bool = False,
+    sse: str | None = None,
 ) -> dict:
-    """The log line of one call."""
+    """The log line of one call. A stream is kept as the events the client received (``sse``);
+    ``response_of`` assembles it when the log is committed, off the proxy's hot path."""
     return {
         "v": VERSION,
         "request_id": request_id,
@@ -233,4 +253,14 @@ def call_record(
         "client_disconnected": client_disconnected,
         "request": parse_json(request_body),
         "response": response,
+        **({"sse": sse} if sse is not None else {}),
     }
+
+
+def response_of(call: dict) -> Any:
+    """A call's response: as returned, or assembled from its recorded stream."""
+    if call.get("response") is None and isinstance(call.get("sse"), str):
+        call["response"] = StreamAssembler.of(
+            call.get("kind") or "chat.completions", call["sse"]
+        ).response()
+    return call.get("response")

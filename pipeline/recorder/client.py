@@ -94,7 +94,11 @@ class _SyncStream(httpx.SyncByteStream):
         ttft = None if self.asm.first_event_at is None else self.asm.first_event_at - self.call.t0
         fut = self.call.wal.append(
             self.call.record(
-                self.resp.status_code, self.asm.response(), ttft, client_disconnected=disconnected
+                self.resp.status_code,
+                None,
+                ttft,
+                client_disconnected=disconnected,
+                sse=self.asm.sse(),
             )
         )
         if not disconnected:
@@ -123,7 +127,7 @@ class _AsyncStream(httpx.AsyncByteStream):
         self.done = True
         ttft = None if self.asm.first_event_at is None else self.asm.first_event_at - self.call.t0
         rec = self.call.record(
-            self.resp.status_code, self.asm.response(), ttft, client_disconnected=disconnected
+            self.resp.status_code, None, ttft, client_disconnected=disconnected, sse=self.asm.sse()
         )
         if disconnected:
             self.call.wal.append(rec)

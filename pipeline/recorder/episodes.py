@@ -28,6 +28,7 @@ from pipeline.ingest.readers.anthropic import AnthropicReader
 from pipeline.ingest.readers.base import Context
 from pipeline.ingest.records import text_of
 from pipeline.profile import ERROR_RE
+from pipeline.recorder.calls import response_of
 
 _NOT_PARAMS = {"messages", "tools", "functions", "stream", "model", "system", "metadata", "user"}
 _ANTHROPIC = AnthropicReader()
@@ -106,7 +107,7 @@ def _message(m: dict) -> dict:
 
 def response_choices(call: dict) -> list[dict]:
     """Each choice as {message, finish_reason, token_ids, logprobs}; [] for a failed call."""
-    resp = call.get("response")
+    resp = response_of(call)
     if call.get("status") != 200 or not isinstance(resp, dict):
         return []
     if call.get("kind") == "messages":
@@ -192,7 +193,8 @@ def _episode_id(request_id: str, choice: int) -> str:
 
 def _turn(call: dict, choice: dict | None) -> dict:
     req = call.get("request") if isinstance(call.get("request"), dict) else {}
-    resp = call.get("response") if isinstance(call.get("response"), dict) else {}
+    resp = response_of(call)
+    resp = resp if isinstance(resp, dict) else {}
     t = {
         "request_id": call.get("request_id"),
         "instance": call.get("instance"),

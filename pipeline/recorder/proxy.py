@@ -14,7 +14,7 @@ import time
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
+import aiohttp
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -54,7 +54,7 @@ def _forward_headers(headers: Any) -> dict[str, str]:
     }
 
 
-def _response_headers(headers: httpx.Headers, request_id: str | None) -> dict[str, str]:
+def _response_headers(headers: Any, request_id: str | None) -> dict[str, str]:
     out = {k: v for k, v in headers.items() if k.lower() not in _HOP_RESPONSE}
     if request_id:
         out[REQUEST_ID_HEADER] = request_id
@@ -75,7 +75,7 @@ class Recorder:
         self.config = config
         self.wal = wal
         self.upstream = config.upstream.rstrip("/")
-        self.client: httpx.AsyncClient | None = None
+        self.client: aiohttp.ClientSession | None = None
         self.recorded = 0
         self.failed = 0
 
@@ -88,7 +88,6 @@ class Recorder:
         self.recorded += 1
 
     async def handle(self, request: Request) -> Response:
-        assert self.client is not None
         body = await request.body()
         kind = kind_of(request.url.path) if request.method == "POST" else None
         url = self._url(request.url.path)
@@ -96,12 +95,13 @@ class Recorder:
         params = list(request.query_params.multi_items())
         if kind is None:  # /v1/models and anything else: forwarded, not recorded
             try:
-                r = await self.client.request(
-                    request.method, url, content=body, headers=headers, params=params
-                )
-            except httpx.HTTPError as e:
+                async with self.client.request(
+                    request.method, url, data=body, headers=headers, params=params
+                ) as r:
+                    content = await r.read()
+            except aiohttp.ClientError as e:
                 return _upstream_error(e, self.upstream)
-            return Response(r.content, r.status_code, _response_headers(r.headers, None))
+            return Response(content, r.status, _response_headers(r.headers, None))
 
         rid = new_request_id()
         started_at, t0 = time.time(), time.perf_counter()
@@ -125,58 +125,60 @@ class Recorder:
             )
 
         try:
-            up = await self.client.send(
-                self.client.build_request(
-                    "POST", url, content=body, headers=headers, params=params
-                ),
-                stream=True,
-            )
-        except httpx.HTTPError as e:
+            up = await self.client.request("POST", url, data=body, headers=headers, params=params)
+        except aiohttp.ClientError as e:
             resp = _upstream_error(e, self.upstream)
             await self._store(record(502, parse_json(resp.body), error=f"{type(e).__name__}: {e}"))
             return resp
-        is_sse = up.headers.get("content-type", "").startswith("text/event-stream")
-        if not is_sse:
+        if not up.headers.get("content-type", "").startswith("text/event-stream"):
             try:
-                content = await up.aread()
-            finally:
-                await up.aclose()
-            rec = record(up.status_code, parse_json(content))
-            await self._store(rec)  # durable before the client sees the answer
-            return Response(content, up.status_code, _response_headers(up.headers, rid))
+                content = await up.read()
+            except aiohttp.ClientError as e:
+                up.release()
+                resp = _upstream_error(e, self.upstream)
+                await self._store(
+                    record(502, parse_json(resp.body), error=f"{type(e).__name__}: {e}")
+                )
+                return resp
+            up.release()
+            await self._store(record(up.status, parse_json(content)))  # durable, then answered
+            return Response(content, up.status, _response_headers(up.headers, rid))
         return StreamingResponse(
             self._relay(up, kind, record),
-            status_code=up.status_code,
+            status_code=up.status,
             headers=_response_headers(up.headers, rid),
         )
 
-    async def _relay(self, up: httpx.Response, kind: str, record: Any):
-        """The stream, event by event; the closing event is sent once the call is durable."""
+    async def _relay(self, up: aiohttp.ClientResponse, kind: str, record: Any):
+        """The stream, chunk by chunk as whole events; the closing event once the call is durable."""
         asm = StreamAssembler(kind)
         t0 = time.perf_counter()
         held: list[bytes] = []
         done = False
         try:
-            async for chunk in up.aiter_bytes():
-                for event in asm.feed(chunk):
-                    if asm.is_done(event) or held:
-                        held.append(event)
-                    else:
-                        yield event
+            async for chunk in up.content.iter_any():
+                events = asm.feed(chunk)
+                if held:
+                    held.append(events)
+                    continue
+                cut = asm.done_at(events)
+                if cut >= 0:
+                    events, rest = events[:cut], events[cut:]
+                    held.append(rest)
+                if events:
+                    yield events
             if asm.buf:
                 held.append(asm.buf)
             ttft = None if asm.first_event_at is None else asm.first_event_at - t0
-            await self._store(record(up.status_code, asm.response(), ttft=ttft))
+            await self._store(record(up.status, None, ttft=ttft, sse=asm.sse()))
             done = True
             for event in held:
                 yield event
         finally:
-            await up.aclose()
-            if (
-                not done
-            ):  # the client went away (or the upstream broke): kept, marked, not acknowledged
+            up.release()
+            if not done:  # the client went away, or the upstream broke: kept, not acknowledged
                 self.failed += 1
-                self.wal.append(record(up.status_code, asm.response(), client_disconnected=True))
+                self.wal.append(record(up.status, None, client_disconnected=True, sse=asm.sse()))
 
 
 def create_app(config: RecorderConfig, wal: WAL) -> Starlette:
@@ -184,8 +186,12 @@ def create_app(config: RecorderConfig, wal: WAL) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        async with httpx.AsyncClient(timeout=config.timeout, limits=limits) as client:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1024),
+            timeout=aiohttp.ClientTimeout(total=config.timeout),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        ) as client:
             rec.client = client
             yield
 

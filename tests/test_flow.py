@@ -119,3 +119,38 @@ def test_label_flow_records_a_pass_rate_artifact(harness, shared, tmp_path):
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["pass-rates"]))
         )
     assert arts[0].type == "markdown" and "| recorded | 1.0 |" in arts[0].data
+
+
+def test_record_stage_commits_the_recorders_log_on_a_schedule_and_says_when_idle(harness, tmp_path):
+    """The `recorded` deployment's stages (record, validate, dedup) on a log the proxy's writer
+    wrote: the finished episode is committed and curated, the open one waits; a second run has
+    nothing to do and says why."""
+    from flows.deployments import load
+    from flows.pipeline import pipeline_flow
+    from flows.record import record_flow
+    from pipeline.recorder.wal import WAL
+    from tests.test_recorder import _call, _tool_call
+
+    lake = tmp_path / "lake"
+    empty = record_flow(lake=str(lake))
+    assert empty["calls_read"] == 0 and "holds no calls" in empty["note"]
+    q = [{"role": "user", "content": "What is 12 times 7?"}]
+    a1 = {"role": "assistant", "content": "", "tool_calls": [_tool_call("c1", "print(12 * 7)")]}
+    r1 = {"role": "tool", "tool_call_id": "c1", "content": "84"}
+    fin = {"role": "assistant", "content": "The answer is \\boxed{84}."}
+    with WAL(str(lake / "recorder/wal"), "proxy-a") as log:
+        for c in (
+            _call("01", 1.0, q, a1),
+            _call("02", 2.0, q + [a1, r1], fin),
+            _call("03", 9e9, [{"role": "user", "content": "What is 3 times 5?"}], a1),  # open
+        ):
+            log.append(c).result()
+    (dep,) = [d for d in load(base=tmp_path) if d.name == "recorded"]
+    assert dep.stages == ["record", "validate", "dedup"] and dep.cron == "*/10 * * * *"
+    out = pipeline_flow(lake=str(lake), stages=dep.stages, write_run_report=False)
+    rec = out["stages"]["record"]
+    assert (rec["calls read"], rec["episodes committed"], rec["episodes open"]) == (3, 1, 1)
+    assert out["stages"]["validate"]["passed"] == 1
+    again = record_flow(lake=str(lake))
+    assert (again["calls_committed_before"], again["calls_open"]) == (2, 1)
+    assert "1 episode(s) wait for a final answer" in again["note"]

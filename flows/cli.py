@@ -254,6 +254,7 @@ def record(
 ) -> None:
     """Record a live agent: an OpenAI-compatible proxy that logs every chat call (durably,
     before answering) for `flow record-commit` to turn into lake episodes."""
+    from pipeline.recorder.calls import public_url
     from pipeline.recorder.config import RecorderConfig, wal_dir
     from pipeline.recorder.errors import RecorderError
     from pipeline.recorder.proxy import serve
@@ -276,7 +277,7 @@ def record(
 
     def ready() -> None:
         err.print(
-            f"recording http://{host}:{port}/v1 -> {esc(upstream)}; log {esc(log.folder)}{earlier}\n"
+            f"recording http://{host}:{port}/v1 -> {esc(public_url(upstream))}; log {esc(log.folder)}{earlier}\n"
             "commit episodes into the lake with `flow record-commit`",
             soft_wrap=True,
         )

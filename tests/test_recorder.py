@@ -144,6 +144,65 @@ def test_calls_group_into_episodes_with_their_decision_points():
     assert {e.closed_by for e in later} == {"final", "idle"}
 
 
+def test_parallel_samples_broken_requests_and_branches_are_kept_apart(tmp_path):
+    """Copies of one request sent at once are parallel samples, not retries; a request the
+    grouping cannot read is its own failed episode (the commit goes on); the branches of an
+    n > 1 call enter the lake together, once none is open."""
+    q = [{"role": "user", "content": "What is 6 times 7?"}]
+    fin = {"role": "assistant", "content": "42"}
+    a1 = {"role": "assistant", "content": "", "tool_calls": [_tool_call("c1", "print(6 * 7)")]}
+    par = [_call(f"p{i}", 1.0 + 0.01 * i, q, fin) for i in range(4)]  # each 0.1 s long
+    eps = group(par, now=2.0)
+    assert len(eps) == 4 and not any(d["kind"] == "retry" for e in eps for d in e.decision_points)
+    bad = _call("b1", 3.0, [{"role": "assistant", "tool_calls": 1}], None, status=400)
+    eps = group([*par, bad], now=4.0)
+    assert [e.closed_by for e in eps].count("invalid_request") == 1
+    # n=2: branch 0 gets its final answer, branch 1 is still calling tools
+    lake = tmp_path / "lake"
+    with WAL(str(lake / "recorder/wal"), "w") as log:
+        log.append(_call("n1", 1.0, q, a1, n=2)).result()
+        r1 = {"role": "tool", "tool_call_id": "c1", "content": "42"}
+        log.append(_call("n2", 2.0, q + [a1, r1], fin)).result()
+    first = commit(Lake(str(lake)), CommitConfig(idle_seconds=1e12))
+    assert first.episodes_committed == 0 and first.calls_open == 2 and first.episodes_open == 2
+    later = commit(Lake(str(lake)), CommitConfig(flush=True))
+    assert later.episodes_committed == 2 and later.calls_committed == 2
+    assert later.closed_by == {"final": 1, "idle": 1} and later.ingest["accepted"] == 2
+
+
+def test_a_cancelled_wait_does_not_fail_the_other_writes(tmp_path):
+    import asyncio
+
+    log = WAL(str(tmp_path / "wal"), "c")
+
+    async def main() -> None:
+        waits = [asyncio.ensure_future(log.append_async({"request_id": str(i)})) for i in range(50)]
+        await asyncio.sleep(0)  # every task is now waiting for its write
+        waits[3].cancel()  # a client that went away while its call was being stored
+        done = await asyncio.gather(*waits, return_exceptions=True)
+        assert sum(isinstance(d, asyncio.CancelledError) for d in done) <= 1
+        assert all(d is None for i, d in enumerate(done) if i != 3)
+        assert (await log.append_async({"request_id": "after"})) is None  # the writer lives on
+
+    asyncio.run(main())
+    log.close()
+    assert len(read_log(str(tmp_path / "wal")).records) == 51
+
+
+def test_paths_and_stream_ends_are_recognised_where_they_should_be():
+    from pipeline.recorder.calls import kind_of
+
+    assert (
+        kind_of("/v1/chat/completions") == kind_of("/api/v1/chat/completions") == "chat.completions"
+    )
+    assert kind_of("/openai/deployments/gpt/chat/completions") == "chat.completions"
+    assert kind_of("/v1/messages") == "messages" and kind_of("/v1/threads/t/messages") is None
+    assert kind_of("/v1/models") is None
+    asm = StreamAssembler("chat.completions")
+    inside = b'data: {"choices":[{"delta":{"content":"data: [DONE]"}}]}\n\n'
+    assert asm.done_at(inside) == -1 and asm.done_at(inside + b"data:[DONE]\n\n") == len(inside)
+
+
 def test_stream_assembly_matches_the_plain_response():
     """Chunks split anywhere (inside an event, inside the separator) add up to the message."""
     events = [

@@ -20,8 +20,9 @@ import orjson
 from pipeline.recorder.config import ANSWER_HEADER, DOMAIN_HEADER, SESSION_HEADER
 
 VERSION = 1
-RECORDED_PATHS = {"chat/completions": "chat.completions", "messages": "messages"}
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
+_OPENAI_DONE = re.compile(rb"(?m)^data: ?\[DONE\]")  # at a line's start: never inside content
+_ANTHROPIC_STOP = re.compile(rb"(?m)^event: ?message_stop")
 
 
 def new_request_id() -> str:
@@ -30,10 +31,14 @@ def new_request_id() -> str:
 
 
 def kind_of(path: str) -> str | None:
-    """The recorded API of a request path (``/v1/chat/completions`` -> ``chat.completions``)."""
-    p = path.strip("/")
-    p = p[3:] if p.startswith("v1/") else p
-    return RECORDED_PATHS.get(p)
+    """The recorded API of a request path: ``.../chat/completions`` (any prefix: ``/v1``,
+    ``/api/v1``, ``/openai/v1``, Azure's deployments) and Anthropic's ``/v1/messages``."""
+    p = "/" + path.strip("/")
+    if p.endswith("/chat/completions"):
+        return "chat.completions"
+    if p in ("/v1/messages", "/messages"):
+        return "messages"
+    return None
 
 
 def public_url(url: str) -> str:
@@ -97,7 +102,8 @@ class StreamAssembler:
     def done_at(self, events: bytes) -> int:
         """Where the event that tells the client the stream is over starts (``data: [DONE]``,
         Anthropic's ``message_stop``), or -1. It is held back until the call is stored."""
-        return events.find(b"event: message_stop" if self.kind == "messages" else b"data: [DONE]")
+        m = (_ANTHROPIC_STOP if self.kind == "messages" else _OPENAI_DONE).search(events)
+        return m.start() if m else -1
 
     def _parse(self) -> None:
         for event in _EVENT_END.split(b"".join(self.raw)):

@@ -46,6 +46,12 @@ class _Call:
         req = parse_json(self.body)
         self.stream = isinstance(req, dict) and bool(req.get("stream"))
 
+    def stream_record(self, resp: httpx.Response, asm: StreamAssembler, disconnected: bool) -> dict:
+        ttft = None if asm.first_event_at is None else asm.first_event_at - self.t0
+        return self.record(
+            resp.status_code, None, ttft, client_disconnected=disconnected, sse=asm.sse()
+        )
+
     def record(self, status: int, response: Any, ttft: float | None = None, **kw: Any) -> dict:
         return call_record(
             request_id=self.rid,
@@ -76,6 +82,9 @@ def _plain(resp: httpx.Response, content: bytes) -> httpx.Response:
 
 
 class _SyncStream(httpx.SyncByteStream):
+    """Passes the stream on as whole events; the closing event (``[DONE]``) only once the call
+    is durable, as the proxy does. A stream closed before that is kept as disconnected."""
+
     def __init__(self, resp: httpx.Response, call: _Call) -> None:
         self.resp, self.call = resp, call
         self.asm = StreamAssembler(call.kind)
@@ -83,24 +92,23 @@ class _SyncStream(httpx.SyncByteStream):
 
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.resp.iter_bytes():
-            self.asm.feed(chunk)
-            yield chunk
+            events = self.asm.feed(chunk)
+            if not self.done and (cut := self.asm.done_at(events)) >= 0:
+                if cut:
+                    yield events[:cut]
+                self._finish(False)
+                events = events[cut:]
+            if events:
+                yield events
         self._finish(False)
+        if self.asm.buf:
+            yield self.asm.buf
 
     def _finish(self, disconnected: bool) -> None:
         if self.done:
             return
         self.done = True
-        ttft = None if self.asm.first_event_at is None else self.asm.first_event_at - self.call.t0
-        fut = self.call.wal.append(
-            self.call.record(
-                self.resp.status_code,
-                None,
-                ttft,
-                client_disconnected=disconnected,
-                sse=self.asm.sse(),
-            )
-        )
+        fut = self.call.wal.append(self.call.stream_record(self.resp, self.asm, disconnected))
         if not disconnected:
             fut.result()
 
@@ -117,18 +125,23 @@ class _AsyncStream(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.resp.aiter_bytes():
-            self.asm.feed(chunk)
-            yield chunk
+            events = self.asm.feed(chunk)
+            if not self.done and (cut := self.asm.done_at(events)) >= 0:
+                if cut:
+                    yield events[:cut]
+                await self._finish(False)
+                events = events[cut:]
+            if events:
+                yield events
         await self._finish(False)
+        if self.asm.buf:
+            yield self.asm.buf
 
     async def _finish(self, disconnected: bool) -> None:
         if self.done:
             return
         self.done = True
-        ttft = None if self.asm.first_event_at is None else self.asm.first_event_at - self.call.t0
-        rec = self.call.record(
-            self.resp.status_code, None, ttft, client_disconnected=disconnected, sse=self.asm.sse()
-        )
+        rec = self.call.stream_record(self.resp, self.asm, disconnected)
         if disconnected:
             self.call.wal.append(rec)
         else:
@@ -137,6 +150,12 @@ class _AsyncStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         await self._finish(True)
         await self.resp.aclose()
+
+
+def _stream_headers(resp: httpx.Response) -> list[tuple[str, str]]:
+    """The stream is handed on decoded: its encoding and length headers no longer apply."""
+    drop = ("content-encoding", "content-length")
+    return [(k, v) for k, v in resp.headers.items() if k.lower() not in drop]
 
 
 class RecordingTransport(httpx.BaseTransport):
@@ -157,7 +176,7 @@ class RecordingTransport(httpx.BaseTransport):
         if resp.headers.get("content-type", "").startswith("text/event-stream"):
             return httpx.Response(
                 resp.status_code,
-                headers=resp.headers,
+                headers=_stream_headers(resp),
                 stream=_SyncStream(resp, call),
                 extensions=resp.extensions,
             )
@@ -188,7 +207,7 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
         if resp.headers.get("content-type", "").startswith("text/event-stream"):
             return httpx.Response(
                 resp.status_code,
-                headers=resp.headers,
+                headers=_stream_headers(resp),
                 stream=_AsyncStream(resp, call),
                 extensions=resp.extensions,
             )
@@ -201,10 +220,18 @@ class AsyncRecordingTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
+_LOGS: dict[tuple[str, str], WAL] = {}
+
+
 def open_log(lake: str | None = None, wal: str | None = None, instance: str | None = None) -> WAL:
-    """This process's own log (instance ``client-<host>-<pid>`` unless named), closed at exit."""
-    log = WAL(wal_dir(Lake(lake), wal), instance or f"client-{socket.gethostname()}-{os.getpid()}")
-    atexit.register(log.close)
+    """This process's own log (instance ``client-<host>-<pid>`` unless named), opened once per
+    process and closed at exit."""
+    folder = wal_dir(Lake(lake), wal)
+    name = instance or f"client-{socket.gethostname()}-{os.getpid()}"
+    log = _LOGS.get((folder, name))
+    if log is None or log.closed:
+        log = _LOGS[(folder, name)] = WAL(folder, name)
+        atexit.register(log.close)
     return log
 
 

@@ -36,7 +36,10 @@ _ANTHROPIC = AnthropicReader()
 
 def _call_parts(c: dict) -> tuple[str | None, Any]:
     fn = c.get("function") if isinstance(c.get("function"), dict) else c
-    return fn.get("name"), fn.get("arguments", fn.get("input"))
+    name = fn.get("name")
+    return (name if isinstance(name, str) or name is None else str(name)), fn.get(
+        "arguments", fn.get("input")
+    )
 
 
 def _canon_args(args: Any) -> Any:
@@ -248,6 +251,24 @@ class Grouper:
 
     # ---- one call ----------------------------------------------------------------------------
     def add(self, call: dict) -> None:
+        """Place one call; a call whose shapes nothing here expected (a request the upstream
+        refused, a tool name that is a list) becomes its own ``invalid_request`` episode rather
+        than stopping every later commit."""
+        try:
+            self._add(call)
+        except Exception as e:  # noqa: BLE001 - kept and counted, never fatal
+            self._invalid(call, f"{type(e).__name__}: {e}")
+
+    def _invalid(self, call: dict, why: str) -> None:
+        ep = Episode(_episode_id(str(call.get("request_id", "")), 0), call.get("session"), [])
+        ep.closed_by = "invalid_request"
+        self._start(ep, call)
+        ep.request_ids.append(str(call.get("request_id")))
+        ep.instances.append(call.get("instance"))
+        ep.turns.append(_turn(call, None) | {"error": why})
+        self.all.append(ep)
+
+    def _add(self, call: dict) -> None:
         msgs = request_messages(call)
         sess = call.get("session")
         if msgs is None:
@@ -262,8 +283,11 @@ class Grouper:
         choices = response_choices(call)
         ep, start = None, 0
         retry_of = None
-        lst = self.by_req.get((sess, keys[-1]))
-        if lst:  # the same request again: the earlier answer (or error) is replaced
+        started = float(call.get("started_at") or 0)
+        # the same request again, sent after the earlier one ended: a retry (a copy sent while
+        # it was still running is a parallel sample: its own episode)
+        lst = [e for e in self.by_req.get((sess, keys[-1]), []) if started >= e.last_at]
+        if lst:  # the earlier answer (or error) is replaced
             ep = lst[0]
             self._unindex(ep)
             start = len(msgs)
@@ -294,7 +318,7 @@ class Grouper:
                     ep.continues = prev.episode_id
                     break
             retry_of = self.closed_req.get((sess, keys[-1]))
-            if retry_of is not None:
+            if retry_of is not None and started >= retry_of.last_at:
                 ep.decision_points.append(
                     {
                         "kind": "retry",
@@ -389,7 +413,7 @@ class Grouper:
             if again:
                 ep.decision_points.append({"kind": "correction", "turn": turn, "names": again})
             ep.last_error_tools = set()
-        elif choice.get("finish_reason") in (None, "stop", "length", "end_turn", "max_tokens"):
+        else:  # an answer without calls is the last turn, however the upstream named its stop
             ep.closed_by = (
                 "length" if choice.get("finish_reason") in ("length", "max_tokens") else "final"
             )

@@ -26,6 +26,7 @@ from pipeline.recorder.calls import (
     kind_of,
     new_request_id,
     parse_json,
+    public_url,
 )
 from pipeline.recorder.config import REQUEST_ID_HEADER, RecorderConfig
 from pipeline.recorder.wal import WAL
@@ -62,7 +63,9 @@ def _response_headers(headers: Any, request_id: str | None) -> dict[str, str]:
 
 
 def _upstream_error(e: Exception, upstream: str) -> JSONResponse:
-    msg = f"the recorder could not reach its upstream {upstream}: {type(e).__name__}: {e}"
+    msg = (
+        f"the recorder could not reach its upstream {public_url(upstream)}: {type(e).__name__}: {e}"
+    )
     return JSONResponse(
         {"error": {"message": msg, "type": "upstream_unavailable"}}, status_code=502
     )
@@ -99,7 +102,7 @@ class Recorder:
                     request.method, url, data=body, headers=headers, params=params
                 ) as r:
                     content = await r.read()
-            except aiohttp.ClientError as e:
+            except (aiohttp.ClientError, TimeoutError) as e:
                 return _upstream_error(e, self.upstream)
             return Response(content, r.status, _response_headers(r.headers, None))
 
@@ -126,14 +129,14 @@ class Recorder:
 
         try:
             up = await self.client.request("POST", url, data=body, headers=headers, params=params)
-        except aiohttp.ClientError as e:
+        except (aiohttp.ClientError, TimeoutError) as e:
             resp = _upstream_error(e, self.upstream)
             await self._store(record(502, parse_json(resp.body), error=f"{type(e).__name__}: {e}"))
             return resp
         if not up.headers.get("content-type", "").startswith("text/event-stream"):
             try:
                 content = await up.read()
-            except aiohttp.ClientError as e:
+            except (aiohttp.ClientError, TimeoutError) as e:
                 up.release()
                 resp = _upstream_error(e, self.upstream)
                 await self._store(
@@ -144,15 +147,14 @@ class Recorder:
             await self._store(record(up.status, parse_json(content)))  # durable, then answered
             return Response(content, up.status, _response_headers(up.headers, rid))
         return StreamingResponse(
-            self._relay(up, kind, record),
+            self._relay(up, kind, record, t0),
             status_code=up.status,
             headers=_response_headers(up.headers, rid),
         )
 
-    async def _relay(self, up: aiohttp.ClientResponse, kind: str, record: Any):
+    async def _relay(self, up: aiohttp.ClientResponse, kind: str, record: Any, t0: float):
         """The stream, chunk by chunk as whole events; the closing event once the call is durable."""
         asm = StreamAssembler(kind)
-        t0 = time.perf_counter()
         held: list[bytes] = []
         done = False
         try:
@@ -201,7 +203,7 @@ def create_app(config: RecorderConfig, wal: WAL) -> Starlette:
                 "status": "ok",
                 "instance": wal.instance,
                 "recorded": rec.recorded,
-                "upstream": config.upstream,
+                "upstream": public_url(config.upstream),
             }
         )
 

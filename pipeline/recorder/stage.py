@@ -125,10 +125,20 @@ def commit(
     episodes = group(
         todo, now if now is not None else time.time(), config.idle_seconds, config.flush
     )
-    closed = [e for e in episodes if e.closed_by]
-    open_ = [e for e in episodes if not e.closed_by]
-    res.episodes_open = len(open_)
-    res.calls_open = len({rid for e in open_ for rid in e.request_ids})
+    # the branches of an n > 1 call share their earlier calls: they are committed together,
+    # once none is open, so a committed call never belongs to an episode still growing
+    parent = {e.episode_id: e.branch_of for e in episodes}
+
+    def family(eid: str) -> str:
+        while parent.get(eid):
+            eid = parent[eid]
+        return eid
+
+    growing = {family(e.episode_id) for e in episodes if not e.closed_by}
+    closed = [e for e in episodes if e.closed_by and family(e.episode_id) not in growing]
+    res.episodes_open = len(episodes) - len(closed)
+    waiting = {rid for e in episodes if e not in closed for rid in e.request_ids}
+    res.calls_open = len(waiting)
     if closed:
         rows = [e.row() for e in closed]
         data = b"".join(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) + b"\n" for r in rows)
@@ -143,7 +153,7 @@ def commit(
         res.episode_file, res.ingest = path, asdict(report)
         res.ingest["rows"], res.ingest["reasons"] = dict(report.rows), dict(report.reasons)
         res.episodes_committed = len(closed)
-        res.calls_committed = len(man["request_ids"])
+        res.calls_committed = len(set(man["request_ids"]) - waiting)
         res.closed_by = Counter(e.closed_by for e in closed)
         done |= set(man["request_ids"])
     elif not res.calls_read:

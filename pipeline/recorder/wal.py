@@ -12,10 +12,12 @@ says whether a live writer owns the last segment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -46,16 +48,21 @@ def instances(wal: str) -> list[str]:
     )
 
 
-def _try_lock(folder: str) -> int | None:
-    """The instance lock's fd if this process could take it (no live writer), else None."""
+def _try_lock(folder: str, wait: float = 0.0) -> int | None:
+    """The instance lock's fd if this process could take it within ``wait`` seconds (no live
+    writer), else None. (A commit holds a dead instance's lock for a moment while it reads.)"""
     os.makedirs(folder, exist_ok=True)
     fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
 
 
 def _holder(folder: str) -> str:
@@ -122,7 +129,7 @@ class WAL:
         self.instance = instance
         self.segment_bytes = segment_bytes
         self.fsync = fsync
-        self._lock_fd = _try_lock(self.folder)
+        self._lock_fd = _try_lock(self.folder, wait=10.0)
         if self._lock_fd is None:
             raise InstanceBusy(
                 f"the recorder log {self.folder} is held by {_holder(self.folder)}; "
@@ -135,7 +142,8 @@ class WAL:
         for path in existing:
             self.torn_bytes += repair(path)
             self.recovered += len(read_segment(path).records)
-        self._seq = int(os.path.basename(existing[-1])[:-6]) if existing else 0
+        archived = segments(os.path.join(self.folder, DONE))  # numbers are never reused
+        self._seq = max(int(os.path.basename(p)[:-6]) for p in [*existing, *archived, "0.jsonl"])
         self._fd = -1
         self._size = 0
         self._open_segment()
@@ -178,11 +186,18 @@ class WAL:
                 if self._size and self._size + len(data) > self.segment_bytes:
                     self._open_segment()
                 view = memoryview(data)
-                while view:
-                    n = os.write(self._fd, view)
-                    view = view[n:]
-                if self.fsync:
-                    os.fsync(self._fd)
+                try:
+                    while view:
+                        n = os.write(self._fd, view)
+                        view = view[n:]
+                    if self.fsync:
+                        os.fsync(self._fd)
+                except OSError:
+                    # a short write (disk full) must not leave a fragment for the next batch to
+                    # be glued to; what was written of this batch is cut, and it is failed
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, self._size)
+                    raise
                 self._size += len(data)
                 self.appended += len(batch)
                 for _, fut in batch:
@@ -195,6 +210,7 @@ class WAL:
     def append(self, record: dict) -> Future:
         """Queue one record; the future resolves when it is durable (raises if it cannot be)."""
         fut: Future = Future()
+        fut.set_running_or_notify_cancel()  # an awaiting task's cancel cannot cancel the write
         if self._fd < 0:
             fut.set_exception(RuntimeError("the recorder log is closed"))
             return fut
@@ -213,6 +229,10 @@ class WAL:
         os.close(self._fd)
         self._fd = -1
         os.close(self._lock_fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd < 0
 
     def __enter__(self) -> WAL:
         return self

@@ -50,7 +50,22 @@ def samples(tmp_path_factory) -> dict[str, tuple[str, bytes]]:
 
     out.setdefault("openai_responses", (".jsonl", orjson.dumps(RESPONSES_RECORD)))
     out.setdefault("otel_genai", (".jsonl", orjson.dumps(otel_record())))
+    out.setdefault("recorded", (".jsonl", orjson.dumps(recorded_episode())))
     return out
+
+
+def recorded_episode() -> dict:
+    """A recorder episode as `flow record-commit` writes it: a tool call, its result, the answer
+    (log lines as the proxy writes them, grouped by the recorder's own code)."""
+    from pipeline.recorder.episodes import group
+    from tests.test_recorder import _call, _tool_call
+
+    q = [{"role": "user", "content": "What is 12 times 7?"}]
+    a1 = {"role": "assistant", "content": "", "tool_calls": [_tool_call("c1", "print(12 * 7)")]}
+    r1 = {"role": "tool", "tool_call_id": "c1", "content": "84"}
+    fin = {"role": "assistant", "content": "The answer is \\boxed{84}."}
+    (ep,) = group([_call("01", 1.0, q, a1), _call("02", 2.0, q + [a1, r1], fin)], now=3.0)
+    return ep.row()
 
 
 def test_every_reader_has_a_real_sample(samples):

@@ -326,6 +326,59 @@ def record_commit(
         console.print(out["note"])
 
 
+@app.command()
+def judge(
+    model: Annotated[
+        str, typer.Option(help="The judge: a local model folder, or an OpenAI-compatible base URL.")
+    ],
+    lake: LakeOpt = None,
+    target: Annotated[
+        str, typer.Option(help="trajectories (valid ones) | rollouts")
+    ] = "trajectories",
+    limit: Annotated[int | None, typer.Option(help="Judge at most this many.")] = None,
+    backend: Annotated[str, typer.Option(help="auto | vllm | transformers | openai")] = "auto",
+    served_model: Annotated[
+        str | None, typer.Option(help="The endpoint's model name (default: its first).")
+    ] = None,
+    max_tokens: Annotated[int, typer.Option(help="Tokens the judge may write.")] = 512,
+) -> None:
+    """Judge trajectories or rollouts with a reasoning reward model: think, critique, score
+    into the `judgements` table (cached per judge revision)."""
+    from flows.judge import judge_flow
+    from pipeline.judge.config import BACKENDS
+    from pipeline.judge.errors import JudgeError
+    from pipeline.judge.stage import TARGETS
+
+    if target not in TARGETS:
+        raise typer.BadParameter(" | ".join(TARGETS), param_hint="--target")
+    if backend not in BACKENDS:
+        raise typer.BadParameter(" | ".join(BACKENDS), param_hint="--backend")
+    try:
+        out = judge_flow(
+            model=model,
+            lake=resolve_root(lake),
+            target=target,
+            limit=limit,
+            backend=backend,
+            served_model=served_model,
+            max_tokens=max_tokens,
+        )
+    except JudgeError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    s = out["status"]
+    console.print(
+        f"{out['target']}: {out['candidates']} candidates, {out['judged']} judged, "
+        f"{out['cached']} already judged by {esc(out['judge'])}; parses ok {s.get('ok', 0)}, "
+        f"partial {s.get('partial', 0)}, failed {s.get('failed', 0)}"
+        + (f"; mean score {out['score_mean']:.3f}" if out["score_mean"] is not None else "")
+    )
+    for reason, n in sorted(out["reasons"].items(), key=lambda kv: -kv[1]):
+        console.print(f"  failed: {esc(reason)} x{n}")
+    if out["note"]:
+        console.print(out["note"])
+
+
 def _print_validate(out: dict) -> None:
     rows = [
         {"table": t}

@@ -255,6 +255,25 @@ EVALS = pa.schema(
     ]
 )
 
+JUDGEMENTS = pa.schema(
+    [
+        ("judgement_id", pa.string()),  # hash of (target, target_id, judge_revision)
+        ("target", pa.string()),  # trajectory | rollout
+        ("target_id", pa.string()),  # trajectory_id | rollout_id
+        ("question_id", pa.string()),
+        ("judge_model", pa.string()),  # the folder or endpoint#model
+        ("judge_revision", pa.string()),  # weights hash (or endpoint model), template, sampling
+        ("template_version", pa.string()),
+        ("think", pa.string()),
+        ("critique", pa.string()),
+        ("score", pa.float64()),  # in [0, 1]; NULL when the parse failed
+        ("parse_status", pa.string()),  # ok | partial | failed
+        ("parse_reason", pa.string()),  # what was missing or wrong; NULL when ok
+        ("raw", pa.string()),  # the judge's whole output (capped at 32k characters)
+        ("judged_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "questions": QUESTIONS,
@@ -268,6 +287,7 @@ TABLES: dict[str, pa.Schema] = {
     "labels": LABELS,
     "rollouts": ROLLOUTS,
     "evals": EVALS,
+    "judgements": JUDGEMENTS,
 }
 
 

@@ -51,3 +51,10 @@ class ExternalScorer:
         score, critique = self.fn(question, response)
         score = min(1.0, max(0.0, score))
         return (1 - self.lam) * r_outcome + self.lam * (2 * score - 1), critique
+
+
+def with_judge(rule: list[float], scores: list[float | None], lam: float) -> list[float]:
+    """Reagent-R: R = R_rule + λ·score, the judge's score in [0, 1]. A judgement that did not
+    parse (None) adds nothing to its episode's reward and is counted by the trainer as failed,
+    never read as a score of 0."""
+    return [r + (lam * s if s is not None else 0.0) for r, s in zip(rule, scores, strict=True)]

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from pipeline.evaluate.stage import episode_metrics
-from pipeline.rollout.agent import AgentConfig, Episode, run_episodes
+from pipeline.rollout.agent import AgentConfig, Episode, continue_from, run_episodes, run_started
 from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.rollout.engines import close as close_engine
 from pipeline.sandbox import Sandbox
@@ -39,7 +39,14 @@ from trainer.checkpoint import (
     truncate_metrics,
 )
 from trainer.loss import group_advantages, grpo_tcr_loss
-from trainer.rewards import format_reward, outcome, overlong, tool_bonus, tool_bonus_paper
+from trainer.rewards import (
+    format_reward,
+    outcome,
+    overlong,
+    tool_bonus,
+    tool_bonus_paper,
+    with_judge,
+)
 
 
 @dataclass
@@ -113,6 +120,13 @@ class TrainConfig:
     # exactly 1 on-policy): auto = bf16 on CUDA, none on CPU | bf16 | none
     autocast: str = "auto"
     vllm_gpu_memory: float = 0.5  # each rank's colocated vLLM engine: its share of its GPU
+    # the reasoning reward model (pipeline/judge, docs/judge.md): a model folder or an
+    # OpenAI-compatible URL. judge_weight = λ of Reagent-R (R = R_rule + λ·score); refine:
+    # Reagent-U, each group pools K initial and K refined episodes (critique in their context)
+    judge: str | None = None
+    judge_weight: float = 0.0
+    refine: bool = False
+    judge_max_tokens: int = 256
 
     def __post_init__(self) -> None:
         """Every named option is checked here, so a typo fails before any model loads."""
@@ -129,6 +143,8 @@ class TrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        if (self.judge_weight or self.refine) and not self.judge:
+            raise ValueError("judge_weight and refine need a judge (a model folder or a URL)")
 
 
 ROLLOUT_BACKENDS = ("auto", "vllm", "transformers")
@@ -226,6 +242,38 @@ def default_reward(config: TrainConfig) -> RewardFn:
         return r
 
     return fn
+
+
+def judged(judge, qs: list[dict], eps: list[Episode], k: int) -> list:
+    """The judge's parsed verdict of each episode (``k`` per question, in order)."""
+    from pipeline.judge.judge import Case
+
+    cases = [
+        Case(str(j), qs[j // k]["question"], qs[j // k].get("tools"), e.messages)
+        for j, e in enumerate(eps)
+    ]
+    return [v.parsed for v in judge.judge(cases)]
+
+
+def refine_episodes(
+    engine, tokenizer, qs: list[dict], eps: list[Episode], verdicts: list, k: int,
+    config: TrainConfig, step: int, sandbox,
+) -> list[Episode]:  # fmt: skip
+    """Reagent-U's second attempts: each episode's whole conversation, then the judge's critique
+    as a user turn, then the policy again. The refined episode's prompt is that context, so its
+    log-probs (sampling and update alike) are taken against it, as the paper defines."""
+    from pipeline.judge.prompt import refine_message
+
+    items = []
+    for j, (e, v) in enumerate(zip(eps, verdicts, strict=True)):
+        msgs = [*e.messages, refine_message((v.critique if v is not None else None) or "")]
+        item = episode_input(qs[j // k], j // k)
+        items.append((e.question_id, msgs, *item[2:]))
+    started = continue_from(tokenizer, items, config.agent, index_offset=1_000_000)
+    sampling = Sampling(
+        config.temperature, config.top_p, config.max_tokens, config.seed + step + 7919, config.top_k
+    )
+    return run_started(engine, tokenizer, started, config.agent, sampling, sandbox)
 
 
 def token_logprobs(
@@ -444,10 +492,12 @@ def train(
     reward_fn: RewardFn | None = None,
     on_step: Callable[[dict], None] | None = None,
     held_out: list[dict] | None = None,
+    judge=None,
 ) -> list[dict]:
     """Run (or resume) training; returns the metrics of the steps run now. ``held_out``:
     questions (question_id, question, ground_truth, answer_type) evaluated every
-    ``config.eval_every`` steps."""
+    ``config.eval_every`` steps. ``judge``: a ``pipeline.judge.Judge`` already loaded (else
+    one is loaded from ``config.judge`` when the config uses it)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out, latest, resume = start_run(config.out, config.seed)
@@ -511,6 +561,11 @@ def train(
 
         engine = VLLMEngine(src, gpu_memory_utilization=config.vllm_gpu_memory, max_model_len=2048)
         push_weights(engine, model)
+    if judge is None and config.judge and (config.judge_weight or config.refine):
+        from pipeline.judge.config import JudgeConfig
+        from pipeline.judge.judge import Judge
+
+        judge = Judge(JudgeConfig(config.judge, max_tokens=config.judge_max_tokens))
     writer = tensorboard(out)
     history = []
     # tools run in warm isolated interpreters kept for the whole run (max_turns 1: no tools)
@@ -526,6 +581,11 @@ def train(
             # ---- rollouts (with dynamic sampling) ----------------------------------------------
             groups: list[tuple[dict, list[Episode], torch.Tensor, list[bool]]] = []
             zero_var = gen_batches = 0
+            js = dict.fromkeys(
+                ("scored", "failed", "score_sum", "term_sum", "n", "initial_correct")
+                + ("refined_correct", "pairs"),
+                0,
+            )
             while len(groups) < config.prompts_per_step and gen_batches < (
                 config.max_gen_batches if config.dynamic_sampling else 1
             ):
@@ -546,10 +606,38 @@ def train(
                     sandbox=sandbox,
                 )
                 gen_batches += 1
+                K = config.group_size
+                verdicts = judged(judge, qs, eps, K) if judge is not None else [None] * len(eps)
+                if config.refine:  # Reagent-U: each initial episode again, its critique in context
+                    refined = refine_episodes(
+                        engine, tokenizer, qs, eps, verdicts, K, config, step, sandbox
+                    )
+                    r_verdicts = (
+                        judged(judge, qs, refined, K)
+                        if config.judge_weight
+                        else [None] * len(refined)
+                    )
                 for i, q in enumerate(qs):
-                    ge = eps[i * config.group_size : (i + 1) * config.group_size]
-                    r = torch.tensor([reward_fn(e, q) for e in ge], dtype=torch.float32)
+                    ge, gv = eps[i * K : (i + 1) * K], verdicts[i * K : (i + 1) * K]
+                    if config.refine:  # one pool of 2K: initial, then refined
+                        ge = ge + refined[i * K : (i + 1) * K]
+                        gv = gv + r_verdicts[i * K : (i + 1) * K]
+                    rule = [reward_fn(e, q) for e in ge]
+                    scores = [v.score if v is not None else None for v in gv]
+                    r = torch.tensor(
+                        with_judge(rule, scores, config.judge_weight), dtype=torch.float32
+                    )
                     acc = [correct(e, q) for e in ge]
+                    if judge is not None:
+                        js["scored"] += sum(x is not None for x in scores)
+                        js["failed"] += sum(v is not None and v.score is None for v in gv)
+                        js["score_sum"] += sum(x for x in scores if x is not None)
+                        js["term_sum"] += sum(x - y for x, y in zip(r.tolist(), rule, strict=True))
+                        js["n"] += len(ge)
+                    if config.refine:
+                        js["initial_correct"] += sum(acc[:K])
+                        js["refined_correct"] += sum(acc[K:])
+                        js["pairs"] += K
                     if flat_group(config, r, acc):
                         zero_var += 1
                         if config.dynamic_sampling:
@@ -561,9 +649,10 @@ def train(
                     m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
                 )
                 continue
+            width = config.group_size * (2 if config.refine else 1)
             rewards = (
-                torch.stack([g[2] for g in groups]) if groups else torch.zeros(0, config.group_size)
-            )  # [G, K]
+                torch.stack([g[2] for g in groups]) if groups else torch.zeros(0, width)
+            )  # [G, K] (Reagent-U: [G, 2K], advantages normalised over the whole pool)
             adv = group_advantages(rewards, unbiased=config.adv_std_unbiased).flatten()  # [G*K]
             episodes = [e for g in groups for e in g[1]]
             # a rank whose groups were all dropped still runs the update (its minibatches are
@@ -687,6 +776,14 @@ def train(
                 m |= keep_best(
                     out / "checkpoint-best", model, tokenizer, held_out, config, step + 1
                 )
+            if judge is not None:  # the judge's terms, beside the rule reward (this rank)
+                m["judge_score_mean"] = js["score_sum"] / js["scored"] if js["scored"] else None
+                m["judge_term_mean"] = js["term_sum"] / js["n"] if js["n"] else 0.0
+                m["judge_failed_frac"] = js["failed"] / js["n"] if js["n"] else 0.0
+            if config.refine:
+                m["pool_size"] = width
+                m["initial_accuracy"] = js["initial_correct"] / max(1, js["pairs"])
+                m["refined_accuracy"] = js["refined_correct"] / max(1, js["pairs"])
             m["warnings"] = _warnings(m, history, tokenizer)
             history.append(m)
             if rank == 0:  # one logger; the metrics are already reduced over the ranks

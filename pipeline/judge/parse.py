@@ -51,19 +51,18 @@ def score_value(text: str) -> tuple[float | None, str | None]:
     return x, None
 
 
-def _sections(text: str) -> dict[str, list[tuple[str, bool]]]:
-    """Each tag's sections in order: (content, closed)."""
-    out: dict[str, list[tuple[str, bool]]] = {t: [] for t in TAGS}
-    opens = list(_OPEN.finditer(text))
-    for i, m in enumerate(opens):
-        tag = m.group(1).lower()
-        end_next = opens[i + 1].start() if i + 1 < len(opens) else len(text)
-        close = _CLOSE[tag].search(text, m.end(), end_next)
-        if close:
-            out[tag].append((text[m.end() : close.start()].strip(), True))
-        else:
-            out[tag].append((text[m.end() : end_next].strip(), False))
-    return out
+def _section(text: str, tag: str, last: bool) -> tuple[str, bool] | None:
+    """(content, closed) of the first (``think``) or last (``critique``, ``score``) ``tag``: up
+    to its closing tag if one follows (tags quoted inside stay in it), else to the next tag."""
+    opens = [m for m in _OPEN.finditer(text) if m.group(1).lower() == tag]
+    if not opens:
+        return None
+    m = opens[-1] if last else opens[0]
+    close = _CLOSE[tag].search(text, m.end())
+    if close:
+        return text[m.end() : close.start()].strip(), True
+    nxt = _OPEN.search(text, m.end())
+    return text[m.end() : nxt.start() if nxt else len(text)].strip(), False
 
 
 def parse(text: str | None) -> Parsed:
@@ -73,19 +72,18 @@ def parse(text: str | None) -> Parsed:
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS]
         problems.append(f"output cut at {MAX_CHARS} characters")
-    sec = _sections(text)
-    think = sec["think"][0][0] if sec["think"] else None
-    critique = sec["critique"][-1][0] if sec["critique"] else None
-    for tag in ("think", "critique"):
-        if not sec[tag]:
+    think_s, critique_s = _section(text, "think", False), _section(text, "critique", True)
+    think, critique = (think_s or (None,))[0], (critique_s or (None,))[0]
+    for tag, sec in (("think", think_s), ("critique", critique_s)):
+        if sec is None:
             problems.append(f"no <{tag}>")
-        elif not sec[tag][-1][1]:
+        elif not sec[1]:
             problems.append(f"<{tag}> not closed")
     score, why = None, None
-    if sec["score"]:
-        body, closed = sec["score"][-1]
-        score, why = score_value(body)
-        if score is not None and not closed:
+    score_s = _section(text, "score", True)
+    if score_s is not None:
+        score, why = score_value(score_s[0])
+        if score is not None and not score_s[1]:
             problems.append("<score> not closed")
     else:
         loose = _LOOSE.findall(text)

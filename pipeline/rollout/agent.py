@@ -229,8 +229,45 @@ def run_episodes(
     caller's, kept warm across calls) or in one started at the first tool call and closed at
     the end. ``config.schedule`` says how episodes share the engine (see ``AgentConfig``)."""
     config = config or AgentConfig()
-    sampling = sampling or Sampling()
     episodes = start_episodes(tokenizer, questions, k, config)
+    return run_started(engine, tokenizer, episodes, config, sampling, sandbox)
+
+
+def continue_from(
+    tokenizer, items: list[tuple], config: AgentConfig, index_offset: int = 0
+) -> list[Episode]:
+    """One episode per (question_id, messages[, tools]) that opens with a whole conversation
+    (a first attempt and a reviewer's critique: Reagent-C/U). Its prompt is that conversation
+    as the chat template renders it, so what the policy samples next is scored against it."""
+    episodes = []
+    for i, (qid, messages, *own) in enumerate(items):
+        tools = own[0] if own else None
+        prompt = tokenizer.apply_chat_template(
+            messages,
+            tools=tools or ([PYTHON_TOOL] if config.declare_tools else None),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        ids = tokenizer(prompt, add_special_tokens=False).input_ids
+        episodes.append(
+            Episode(
+                qid, 0, ids, messages=list(messages), index=index_offset + i, executes=not tools
+            )
+        )
+    return episodes
+
+
+def run_started(
+    engine,
+    tokenizer,
+    episodes: list[Episode],
+    config: AgentConfig | None = None,
+    sampling: Sampling | None = None,
+    sandbox: Sandbox | None = None,
+) -> list[Episode]:
+    """Run episodes already opened (``start_episodes``, ``continue_from``) to their ends."""
+    config = config or AgentConfig()
+    sampling = sampling or Sampling()
     owned: list[Sandbox] = []
 
     def tools() -> Sandbox | None:

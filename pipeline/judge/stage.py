@@ -79,7 +79,7 @@ def judge_lake(
     """Judge the lake's ``target`` rows not yet judged by this judge; one part per batch."""
     if target not in TARGETS:
         raise ValueError(f"target must be one of {TARGETS}, not {target!r}")
-    kind = target[:-1]
+    kind = {"trajectories": "trajectory", "rollouts": "rollout"}[target]
     res = JudgeResult(target, judge.name, judge.revision)
     todo = _cases(lake, target, limit)
     res.candidates = len(todo)

@@ -237,13 +237,20 @@ def continue_from(
     tokenizer, items: list[tuple], config: AgentConfig, index_offset: int = 0
 ) -> list[Episode]:
     """One episode per (question_id, messages[, tools]) that opens with a whole conversation
-    (a first attempt and a reviewer's critique: Reagent-C/U). Its prompt is that conversation
-    as the chat template renders it, so what the policy samples next is scored against it."""
+    (an episode's messages, then a reviewer's critique: Reagent-C/U). Its prompt is that
+    conversation as the chat template renders it, so what the policy samples next is scored
+    against it."""
     episodes = []
     for i, (qid, messages, *own) in enumerate(items):
         tools = own[0] if own else None
+        # an episode's assistant turns hold the policy's text, tool-call markup included: that
+        # text is the turn (its parsed calls would be rendered a second time)
+        shown = [
+            {k: v for k, v in m.items() if k != "tool_calls"} if m.get("role") == "assistant" else m
+            for m in messages
+        ]
         prompt = tokenizer.apply_chat_template(
-            messages,
+            shown,
             tools=tools or ([PYTHON_TOOL] if config.declare_tools else None),
             tokenize=False,
             add_generation_prompt=True,

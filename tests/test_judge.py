@@ -1,7 +1,7 @@
 """The reasoning reward model: its parser on well-formed, partial and hostile outputs; Reagent-R's
-mixing and Reagent-U's pooled advantages against hand-computed values; a real judge (the tiny
-model through vLLM's CPU build) over a lake into `judgements`; GRPO-TCR runs with Reagent-R and
-Reagent-U on the nano policy, with their terms logged."""
+mixing and Reagent-U's pooled advantages against hand-computed values; GRPO-TCR runs with
+Reagent-R and Reagent-U on the nano policy, with their terms logged. (A real judge served by
+vLLM's CPU build, judging a lake into `judgements`: tests/test_recorder.py, beside the server.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from pipeline.judge.parse import MAX_CHARS, parse
 from pipeline.lake import Lake
-from tests.conftest import NANO_AGENT, require_vllm
+from tests.conftest import NANO_AGENT
 from trainer.loss import group_advantages
 from trainer.rewards import with_judge
 
@@ -70,13 +70,6 @@ def test_reagent_r_mixing_and_reagent_u_pooled_advantages():
     assert group_advantages(r.view(2, 2)).flatten().tolist() != pytest.approx(want, rel=1e-3)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from pipeline.rollout.tiny_model import build_tiny_model
-
-    return str(build_tiny_model(tmp_path_factory.mktemp("judge") / "tiny"))
-
-
 def _lake_with_trajectories(tmp_path) -> Lake:
     from pipeline.ingest.stage import ingest
     from pipeline.validate.stage import validate
@@ -98,41 +91,6 @@ def _lake_with_trajectories(tmp_path) -> Lake:
     ingest([str(f)], lake)
     validate(lake)
     return lake
-
-
-def test_a_real_judge_through_vllm_into_judgements(tiny_model, tmp_path):
-    """The tiny random model is a poor judge: its outputs do not parse, and each is kept as a
-    failed judgement with the reason and the raw text; a rerun judges nothing twice."""
-    require_vllm()
-    from pipeline.judge.config import JudgeConfig
-    from pipeline.judge.judge import Judge
-    from pipeline.judge.stage import judge_lake
-    from pipeline.query import connect
-    from pipeline.rollout.engines import close
-
-    lake = _lake_with_trajectories(tmp_path)
-    judge = Judge(JudgeConfig(tiny_model, backend="vllm", max_tokens=24, max_model_len=1024))
-    try:
-        res = judge_lake(lake, judge)
-        again = judge_lake(lake, judge)
-    finally:
-        close(judge.engine)
-    assert (res.candidates, res.judged, res.cached) == (3, 3, 0)
-    assert sum(res.status.values()) == 3 and again.judged == 0 and again.cached == 3
-    assert "already judged" in again.note
-    rows = (
-        connect(lake)
-        .execute(
-            "SELECT j.target, j.parse_status, j.parse_reason, j.raw, j.score, j.judge_revision, "
-            "t.question FROM judgements j JOIN trajectories t ON t.trajectory_id = j.target_id"
-        )
-        .fetchall()
-    )
-    assert len(rows) == 3
-    for target, status, reason, raw, score, revision, question in rows:
-        assert target == "trajectory" and raw and question.startswith("What is")
-        assert (score is None) == (status == "failed") and (reason is None) == (status == "ok")
-        assert "rrm-1" in revision and "t=0.0" in revision
 
 
 def _scripted_judge(tokenizer, score: str, critique: str = "Check the product with python."):

@@ -721,3 +721,37 @@ def test_the_openai_client_wrapper_records_without_a_proxy(upstream, sandbox_ava
     _same_turns(rows[1][0], seen[1])
     assert (rows[2][0][-1]["content"] or "") == (async_answer or "")
     assert _no_secret_anywhere(lake) > 3
+
+
+def test_a_served_judge_fills_the_judgements_table(upstream, tmp_path, monkeypatch):
+    """The judge behind an OpenAI-compatible endpoint (this module's `vllm serve`, the CPU
+    build): every valid trajectory of a lake judged once, each outcome kept with its reason and
+    raw text; a rerun judges nothing twice. The nano policy is no judge: its parses fail."""
+    from pipeline.judge.config import JudgeConfig
+    from pipeline.judge.judge import Judge
+    from pipeline.judge.stage import judge_lake
+    from pipeline.query import connect
+    from tests.test_judge import _lake_with_trajectories
+
+    monkeypatch.setenv("JUDGE_KEY", KEY)
+    lake = _lake_with_trajectories(tmp_path)
+    judge = Judge(JudgeConfig(upstream, api_key_env="JUDGE_KEY", max_tokens=24, workers=2))
+    assert judge.config.served_model == "nano" and judge.revision.startswith(upstream)
+    res = judge_lake(lake, judge)
+    again = judge_lake(lake, judge)
+    assert (res.candidates, res.judged, res.cached) == (3, 3, 0)
+    assert again.judged == 0 and again.cached == 3 and "already judged" in again.note
+    rows = (
+        connect(lake)
+        .execute(
+            "SELECT j.target, j.parse_status, j.parse_reason, j.raw, j.score, j.judge_revision, "
+            "t.question FROM judgements j JOIN trajectories t ON t.trajectory_id = j.target_id"
+        )
+        .fetchall()
+    )
+    assert len(rows) == 3 and sum(res.status.values()) == 3
+    for target, status, reason, raw, score, revision, question in rows:
+        assert target == "trajectory" and raw and question.startswith("What is")
+        assert (score is None) == (status == "failed") and (reason is None) == (status == "ok")
+        assert "rrm-1" in revision and "t=0.0" in revision
+    assert _no_secret_anywhere(Path(lake.root)) > 3  # the endpoint's key is read, never stored

@@ -11,6 +11,7 @@ from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
 from pipeline.exports import ExportConfig
 from pipeline.lake import Lake
+from pipeline.profile import SFTConfig
 from pipeline.rollout.agent import SYSTEM
 from pipeline.select import SelectConfig
 
@@ -57,6 +58,7 @@ def build_flow(
     keep_source_system_prompts: bool = False,
     system_prompt: str | None = SYSTEM,
     label_revision: str | None = None,
+    min_judge_score: float | None = None,
 ) -> dict:
     """Publish ``datasets/<name>/v<N>`` from the labelled, deduplicated, validated lake."""
     lk = Lake(lake)
@@ -68,6 +70,7 @@ def build_flow(
         system_prompt=system_prompt,
         label_revision=label_revision,
         exports=ExportConfig(tool_arguments=tool_arguments),
+        sft=SFTConfig(min_judge_score=min_judge_score),
     )
     report("stage", "build")
     log_upstream(lk, "build")

@@ -624,6 +624,12 @@ def build(
             "dataset's one prompt."
         ),
     ] = False,
+    min_judge_score: Annotated[
+        float | None,
+        typer.Option(
+            help="SFT rows only from trajectories the judge (`flow judge`) scored at least this."
+        ),
+    ] = None,
 ) -> None:
     """Build a versioned dataset: RL pyramid, SFT selection, shards, manifest, exports."""
     from flows.build import build_flow
@@ -647,6 +653,7 @@ def build(
             label_source=label_source,
             tool_arguments=tool_arguments,
             keep_source_system_prompts=source_system_prompts,
+            min_judge_score=min_judge_score,
         )
     _print_build(m)
 
@@ -742,9 +749,25 @@ def train(
             "as OUT/checkpoint-best (0: off)."
         ),
     ] = 0,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            help="A reasoning reward model (model folder or OpenAI-compatible URL) for "
+            "--judge-weight and --refine (docs/judge.md)."
+        ),
+    ] = None,
+    judge_weight: Annotated[
+        float, typer.Option(help="Reagent-R: R = R_rule + λ·judge score (0: off).")
+    ] = 0.0,
+    refine: Annotated[
+        bool,
+        typer.Option(help="Reagent-U: each group pools K initial and K critique-refined episodes."),
+    ] = False,
     lake: LakeOpt = None,
 ) -> None:
     """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
+    if (judge_weight or refine) and not judge:
+        raise typer.BadParameter("--judge-weight and --refine need --judge", param_hint="--judge")
     from flows.train import train_flow
 
     if not (Path(dataset) / "rl").is_dir():
@@ -779,7 +802,15 @@ def train(
         tools=tools,
         lake=resolve_root(lake) if eval_set else None,
         eval_set=eval_set,
-        options={"eval_every": eval_every} if eval_every else None,
+        options=(
+            ({"eval_every": eval_every} if eval_every else {})
+            | (
+                {"judge": judge, "judge_weight": judge_weight, "refine": refine}
+                if judge and (judge_weight or refine)
+                else {}
+            )
+        )
+        or None,
     )
     console.print(
         f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
@@ -823,6 +854,16 @@ def eval_(
     stage: Annotated[
         str, typer.Option(help="What MODEL is (sft, grpo, base...), kept in the evals table.")
     ] = "model",
+    refine: Annotated[
+        bool,
+        typer.Option(
+            help="Reagent-C: a second attempt after the --judge's critique of the first; "
+            "both reported (STAGE and STAGE+refine)."
+        ),
+    ] = False,
+    judge: Annotated[
+        str | None, typer.Option(help="The reasoning reward model for --refine (folder or URL).")
+    ] = None,
 ) -> None:
     """MODEL on an evaluation set through the agent loop (the Prefect `evaluate` flow):
     avg@k, pass@j, maj@k with 95% intervals and the agent metrics, or BFCL's function-calling
@@ -836,6 +877,8 @@ def eval_(
     if not eval_questions(lake, eval_set, limit):
         err.print(f"[red]no questions[/red] for dataset {esc(repr(eval_set))} in the lake")
         raise typer.Exit(1)
+    if refine != bool(judge):
+        raise typer.BadParameter("--refine and --judge go together", param_hint="--judge")
     with console.status("evaluating…"):
         out = eval_flow(
             models=[(model, stage)],
@@ -845,8 +888,9 @@ def eval_(
             limit=limit,
             sampling=Sampling(max_tokens=max_tokens),
             backend=backend,
+            judge=judge,
         )
-    (row,) = out["rows"]
+    row, *second = out["rows"]
     for name, n in out.get("skipped", {}).items():
         console.print(
             f"[yellow]left out[/yellow] {n} questions of {esc(name)}: no verdicts for that BFCL category"
@@ -860,6 +904,20 @@ def eval_(
             lo, hi = row.get("ci", {}).get(m, (None, None))
             ci = f"  [{lo:.3f}, {hi:.3f}]" if lo is not None else ""
             console.print(f"  {m:<24} {v:.3f}{ci}")
+    if second:  # Reagent-C: first vs second attempt
+        (r2,) = second
+        m = f"average@{row['k']}"
+        f = row.get("flips", {})
+        console.print(
+            f"  refined with {esc(row.get('judge', {}).get('name', judge))}'s critiques: "
+            f"{m} {row[m]:.3f} -> {r2[m]:.3f}"
+            + (
+                f" ({f['wrong_to_right']} wrong -> right, {f['right_to_wrong']} right -> wrong "
+                f"of {f['samples']} samples)"
+                if f
+                else ""
+            )
+        )
     console.print(f"  report [bold]{esc(out['report'])}[/bold]")
 
 

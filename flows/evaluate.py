@@ -90,21 +90,51 @@ def eval_model_task(
     agent: AgentConfig,
     sampling: Sampling,
     backend: str,
+    judge: str | None = None,
 ) -> dict:
+    """One model on the set; with ``judge`` (Reagent-C), its first attempts and the attempts
+    refined by the judge's critiques, recorded as ``stage`` and ``stage+refine``."""
+    import hashlib
+
     from pipeline.evaluate import evaluate, record, recorded
     from pipeline.rollout.engines import close, make_engine
 
     lake = Lake(root)
     key = eval_key(model, eval_set, questions, k, agent, sampling, backend)
-    done = recorded(lake, key)
-    if done is not None:
-        return done | {"state": "Cached"}
+    if judge:
+        from pipeline.judge.config import JudgeConfig
+        from pipeline.judge.judge import Judge
+
+        jd = Judge(JudgeConfig(judge))
+        key = hashlib.sha256(f"{key}|refine|{jd.revision}".encode()).hexdigest()[:32]
+        first, second = recorded(lake, key), recorded(lake, key + "-refined")
+        if first is not None and second is not None:
+            return first | {"refined": second, "state": "Cached"}
+    else:
+        done = recorded(lake, key)
+        if done is not None:
+            return done | {"state": "Cached"}
     engine = make_engine(model, backend)
     try:
-        # (function-calling questions are judged by BFCL's rules inside)
-        result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
+        if judge:
+            from pipeline.evaluate.refine import evaluate_refined
+
+            out = evaluate_refined(engine, questions, jd, k, agent, sampling)
+        else:  # (function-calling questions are judged by BFCL's rules inside)
+            result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
     finally:
         close(engine)
+        if judge:
+            close(jd.engine)
+    if judge:
+        record(lake, out["initial"], model, stage, eval_set, eval_id=key)
+        record(lake, out["refined"], model, f"{stage}+refine", eval_set, eval_id=key + "-refined")
+        return out["initial"] | {
+            "refined": out["refined"],
+            "flips": out["flips"],
+            "judge": out["judge"],
+            "state": "Completed",
+        }
     record(lake, result, model, stage, eval_set, eval_id=key)
     return result | {"state": "Completed"}
 
@@ -119,6 +149,7 @@ def eval_flow(
     agent: AgentConfig | None = None,
     sampling: Sampling | None = None,
     backend: str = "auto",
+    judge: str | None = None,
 ) -> dict:
     """Each (model folder, stage) on ``eval_set``, into ``evals``: avg@k, pass@j, maj@k and
     the agent metrics, or on function-calling questions (BFCL) the function-calling metrics;
@@ -149,8 +180,13 @@ def eval_flow(
     rows = []
     for model, stage in models:
         report("stage", f"eval {stage}")
-        r = eval_model_task(lk.root, model, stage, eval_set, questions, k, agent, sampling, backend)
+        r = eval_model_task(
+            lk.root, model, stage, eval_set, questions, k, agent, sampling, backend, judge
+        )
+        refined = r.pop("refined", None)
         rows.append({"stage": stage, "model": model} | r)
+        if refined is not None:  # Reagent-C: the second attempt beside the first
+            rows.append({"stage": f"{stage}+refine", "model": model, "state": r["state"]} | refined)
     metrics = [m for m, v in rows[0].items() if isinstance(v, float)]
     lines = [f"# Evaluation on {eval_set}", "", "| stage | " + " | ".join(metrics) + " |"]
     lines += ["|---|" + "---|" * len(metrics)]

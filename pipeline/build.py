@@ -145,15 +145,33 @@ def lineage(lake: Lake) -> dict:
     }
 
 
+def judge_scores(lake: Lake, revision: str | None = None) -> dict[str, float | None]:
+    """trajectory_id -> the judge's score (None: its parse failed): one judge's judgements, or
+    each trajectory's newest."""
+    if not lake.parts("judgements"):
+        return {}
+    where = f"AND judge_revision = {sql_string(revision)}" if revision else ""
+    rows = query(
+        lake,
+        "SELECT target_id, score FROM judgements WHERE target = 'trajectory' "
+        f"{where} QUALIFY row_number() OVER (PARTITION BY target_id ORDER BY judged_at DESC, "
+        "judgement_id) = 1",
+    ).to_pylist()
+    return {r["target_id"]: r["score"] for r in rows}
+
+
 def select_sft(lake: Lake, config: BuildConfig) -> tuple[list[dict], dict[str, int]]:
     """(the SFT split's rows, counts of trajectories left out by reason): deduplicated, valid,
     train-eligible trajectories that pass ``config.sft`` (correct, complete, ...), with their
     behaviour features as ``f_*`` columns. A trajectory whose format records no outcome is
     judged by verifying its final answer against its question's ground truth."""
     rows, dropped = [], {}
+    scores = judge_scores(lake, config.sft.judge_revision)
     for t in query(lake, SFT_ITEMS).to_pylist():
         gt, kind = t.pop("question_ground_truth"), t.pop("question_answer_type")
         f = features(t["messages"], t["final_answer"], t["is_correct"], t["reward"], gt, kind)
+        if t["trajectory_id"] in scores:
+            f["judge_score"] = scores[t["trajectory_id"]]
         why = keep_for_sft(f, t["validation_flags"] or [], config.sft)
         if why:
             dropped[why] = dropped.get(why, 0) + 1

@@ -27,6 +27,7 @@ READS: dict[str, tuple[str, ...]] = {
         "dedup_clusters",
         "unique_questions",
         "labels",
+        "judgements",  # the SFT split can filter on the judge's scores
     ),
 }
 OWNS: dict[str, tuple[str, ...]] = {

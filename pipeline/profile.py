@@ -113,6 +113,11 @@ class SFTConfig:
     require_error_recovery: bool = False
     require_verification: bool = False
     exclude_flagged: bool = True  # drop rows with validation warnings (e.g. lossy tool names)
+    # the judge (flow judge, docs/judge.md): keep only trajectories it scored at least this
+    # (not judged, or a parse that failed, is a reason of its own); judge_revision picks one
+    # judge's judgements (default: each trajectory's newest)
+    min_judge_score: float | None = None
+    judge_revision: str | None = None
 
 
 def keep_for_sft(f: dict, flags: list[str], config: SFTConfig) -> str | None:
@@ -133,4 +138,11 @@ def keep_for_sft(f: dict, flags: list[str], config: SFTConfig) -> str | None:
         return "no_verification"
     if config.exclude_flagged and flags:
         return "validation_flags"
+    if config.min_judge_score is not None:
+        if "judge_score" not in f:
+            return "not_judged"
+        if f["judge_score"] is None:
+            return "judge_parse_failed"
+        if f["judge_score"] < config.min_judge_score:
+            return "judge_score_below_minimum"
     return None

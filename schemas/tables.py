@@ -344,5 +344,8 @@ SFT_ROWS = pa.schema(
         ("f_complete", pa.bool_()),
         ("f_correct", pa.bool_()),
         ("f_verified_outcome", pa.bool_()),  # f_correct came from verifying the final answer
+        # the reasoning reward model's score of the trajectory (flow judge), when it was judged:
+        # a feature to filter on (SFTConfig.min_judge_score) or to weight the SFT loss by
+        ("f_judge_score", pa.float64()),
     ]
 )

@@ -193,3 +193,46 @@ def test_reagent_u_refines_with_the_critique_in_context_and_pools_2k(nano_sft, t
     assert ran and all(h["pool_size"] == 4 for h in ran)  # K initial + K refined, one pool
     assert all(0 <= h["refined_accuracy"] <= 1 and 0 <= h["initial_accuracy"] <= 1 for h in ran)
     assert all(h["judge_failed_frac"] == 0 for h in ran)
+
+
+def test_sft_rows_filtered_and_weighted_by_the_judges_score(tmp_path):
+    """`flow judge` then `flow build --min-judge-score`: the SFT split keeps the trajectories the
+    judge scored high enough, says why it left the others out, and carries f_judge_score."""
+    import duckdb
+    from transformers import AutoTokenizer
+
+    from pipeline.build import BuildConfig, build
+    from pipeline.dedup.stage import dedup
+    from pipeline.judge.config import JudgeConfig
+    from pipeline.judge.judge import Judge
+    from pipeline.judge.stage import judge_lake
+    from pipeline.profile import SFTConfig
+    from pipeline.rollout.engines import ScriptedEngine
+    from pipeline.rollout.tiny_model import build_tiny_model
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny", layers=1))
+    verdict = {"12": "<score>0.9</score>", "13": "<score>0.2</score>", "14": "<score>high</score>"}
+
+    def script(prompt: str, turn: int) -> str:
+        n = prompt.split("What is ", 1)[1][:2]
+        return f"<think>t</think><critique>c</critique>{verdict[n]}"
+
+    lake = _lake_with_trajectories(tmp_path)
+    dedup(lake)
+    judge = Judge(JudgeConfig("scripted"), engine=ScriptedEngine(tok, script), tokenizer=tok)
+    res = judge_lake(lake, judge)
+    assert res.status == {"ok": 2, "failed": 1} and res.reasons == {
+        "score 'high' is not a number": 1
+    }
+    every = build(lake, BuildConfig(name="all"))
+    kept = build(lake, BuildConfig(name="judged", sft=SFTConfig(min_judge_score=0.5)))
+    assert every["sft"]["rows"] == 3 and kept["sft"]["rows"] == 1
+    assert kept["sft"]["dropped"] == {"judge_parse_failed": 1, "judge_score_below_minimum": 1}
+    scores = duckdb.sql(
+        f"SELECT question, f_judge_score FROM read_parquet('{every['path']}/sft/*.parquet') ORDER BY 1"
+    ).fetchall()
+    assert scores == [
+        ("What is 12 times 7?", 0.9),
+        ("What is 13 times 7?", 0.2),
+        ("What is 14 times 7?", None),
+    ]

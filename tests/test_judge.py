@@ -236,3 +236,29 @@ def test_sft_rows_filtered_and_weighted_by_the_judges_score(tmp_path):
         ("What is 13 times 7?", 0.2),
         ("What is 14 times 7?", None),
     ]
+
+
+def test_reagent_c_scores_first_and_refined_attempts(nano_sft):
+    """Refinement at inference: the same questions and samples, the second attempt answering the
+    judge's critique of the first; both scored, the flips counted."""
+    from transformers import AutoTokenizer
+
+    from pipeline.evaluate.refine import evaluate_refined
+    from pipeline.rollout.engines import Sampling, TransformersEngine
+
+    policy, _ = nano_sft
+    tok = AutoTokenizer.from_pretrained(str(policy))
+    judge, seen = _scripted_judge(tok, "0.4", critique="Run the product in python, then box it.")
+    qs = _nano_pool(6)
+    out = evaluate_refined(
+        TransformersEngine(str(policy)), qs, judge, k=2, config=_cfg(policy, "unused").agent,
+        sampling=Sampling(temperature=1.0, max_tokens=48),
+    )  # fmt: skip
+    assert len(seen) == 12 and out["judge"]["parses"] == {"ok": 12}
+    for part in ("initial", "refined"):
+        assert out[part]["questions"] == 6 and 0 <= out[part]["average@2"] <= 1
+    f = out["flips"]
+    assert f["samples"] == 12 and f["wrong_to_right"] + f["right_to_wrong"] <= 12
+    n1 = round(out["initial"]["average@2"] * 12)
+    n2 = round(out["refined"]["average@2"] * 12)
+    assert n2 - n1 == f["wrong_to_right"] - f["right_to_wrong"]  # the flips add up

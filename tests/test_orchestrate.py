@@ -152,16 +152,18 @@ def test_served_deployments_register_and_a_triggered_run_completes(harness, demo
     )
     try:
         names: set[str] = set()
+        wanted = {"ingest", "recorded", "curate", "label-build", "full"}
         deadline = time.time() + 120
-        while time.time() < deadline and len(names) < 4:
+        while time.time() < deadline and not wanted <= names:  # they register one by one
             with get_client(sync_client=True) as client:
                 names = {d.name for d in client.read_deployments()}
             time.sleep(1)
-        assert {"ingest", "curate", "label-build", "full"} <= names, names
+        assert wanted <= names, names
         with get_client(sync_client=True) as client:
             deps = {d.name: d for d in client.read_deployments()}
         assert deps["ingest"].schedules[0].schedule.cron == "*/5 * * * *"
         assert deps["curate"].parameters["stages"] == ["validate", "dedup"]
+        assert deps["recorded"].parameters["stages"] == ["record", "validate", "dedup"]
         run = run_deployment("pipeline/full", timeout=300)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -7,29 +7,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from pipeline.evaluate.stage import episode_metrics, summary
+from pipeline.evaluate.stage import score_groups, summary
 from pipeline.judge.judge import Case
 from pipeline.judge.prompt import refine_message
 from pipeline.rollout.agent import AgentConfig, continue_from, run_episodes, run_started
 from pipeline.rollout.engines import Sampling
-from pipeline.verify import verify
 
 
 def _scores(questions: list[dict], eps: list, k: int, bootstrap: int) -> tuple[dict, list[bool]]:
-    per_q, agent, ok = [], [], []
-    for i, q in enumerate(questions):
-        group = eps[i * k : (i + 1) * k]
-        verdicts = [verify(e.final_text, q["ground_truth"], q.get("answer_type")) for e in group]
-        answers = [v.extracted for v in verdicts if v.extracted is not None]
-        majority = Counter(answers).most_common(1)[0][0] if answers else None
-        maj_ok = (
-            majority is not None
-            and verify(f"\\boxed{{{majority}}}", q["ground_truth"], q.get("answer_type")).correct
-        )
-        per_q.append((k, sum(v.correct for v in verdicts), maj_ok))
-        agent += [episode_metrics(e, v) for e, v in zip(group, verdicts, strict=True)]
-        ok += [v.correct for v in verdicts]
-    return summary(per_q, agent, k, bootstrap), ok
+    per_q, agent = score_groups(questions, eps, k)
+    return summary(per_q, agent, k, bootstrap), [a["correct"] for a in agent]
 
 
 def evaluate_refined(

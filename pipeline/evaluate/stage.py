@@ -117,18 +117,7 @@ def evaluate(
         config,
         sampling,
     )
-    per_q, agent = [], []
-    for i, q in enumerate(questions):
-        group = eps[i * k : (i + 1) * k]
-        verdicts = [verify(e.final_text, q["ground_truth"], q.get("answer_type")) for e in group]
-        answers = [v.extracted for v in verdicts if v.extracted is not None]
-        majority = Counter(answers).most_common(1)[0][0] if answers else None
-        maj_ok = (
-            majority is not None
-            and verify(f"\\boxed{{{majority}}}", q["ground_truth"], q.get("answer_type")).correct
-        )
-        per_q.append((k, sum(v.correct for v in verdicts), maj_ok))
-        agent += [episode_metrics(e, v) for e, v in zip(group, verdicts, strict=True)]
+    per_q, agent = score_groups(questions, eps, k)
     result = summary(per_q, agent, k, bootstrap)
     result["slices"] = {}
     for key in slices:
@@ -142,6 +131,24 @@ def evaluate(
             )
             result["slices"][f"{key}={value}"] = part
     return result
+
+
+def score_groups(questions: list[dict], eps: list, k: int) -> tuple[list, list[dict]]:
+    """Per question (k, correct, maj@k right) and per episode its agent metrics; ``eps`` holds
+    each question's k episodes in a row."""
+    per_q, agent = [], []
+    for i, q in enumerate(questions):
+        group = eps[i * k : (i + 1) * k]
+        verdicts = [verify(e.final_text, q["ground_truth"], q.get("answer_type")) for e in group]
+        answers = [v.extracted for v in verdicts if v.extracted is not None]
+        majority = Counter(answers).most_common(1)[0][0] if answers else None
+        maj_ok = (
+            majority is not None
+            and verify(f"\\boxed{{{majority}}}", q["ground_truth"], q.get("answer_type")).correct
+        )
+        per_q.append((k, sum(v.correct for v in verdicts), maj_ok))
+        agent += [episode_metrics(e, v) for e, v in zip(group, verdicts, strict=True)]
+    return per_q, agent
 
 
 def episode_metrics(e, verdict) -> dict:

@@ -99,11 +99,12 @@ class StreamAssembler:
         self.raw.append(complete)
         return complete
 
-    def done_at(self, events: bytes) -> int:
-        """Where the event that tells the client the stream is over starts (``data: [DONE]``,
-        Anthropic's ``message_stop``), or -1. It is held back until the call is stored."""
+    def split_done(self, events: bytes) -> tuple[bytes, bytes | None]:
+        """``events`` cut where the event that tells the client the stream is over starts
+        (``data: [DONE]``, Anthropic's ``message_stop``): what may be forwarded now, and the rest
+        (None when the stream goes on), held back until the call is stored."""
         m = (_ANTHROPIC_STOP if self.kind == "messages" else _OPENAI_DONE).search(events)
-        return m.start() if m else -1
+        return (events[: m.start()], events[m.start() :]) if m else (events, None)
 
     def _parse(self) -> None:
         for event in _EVENT_END.split(b"".join(self.raw)):

@@ -93,11 +93,13 @@ class _SyncStream(httpx.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         for chunk in self.resp.iter_bytes():
             events = self.asm.feed(chunk)
-            if not self.done and (cut := self.asm.done_at(events)) >= 0:
-                if cut:
-                    yield events[:cut]
+            if not self.done:
+                now, events = self.asm.split_done(events)
+                if now:
+                    yield now
+                if events is None:
+                    continue
                 self._finish(False)
-                events = events[cut:]
             if events:
                 yield events
         self._finish(False)
@@ -126,11 +128,13 @@ class _AsyncStream(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self.resp.aiter_bytes():
             events = self.asm.feed(chunk)
-            if not self.done and (cut := self.asm.done_at(events)) >= 0:
-                if cut:
-                    yield events[:cut]
+            if not self.done:
+                now, events = self.asm.split_done(events)
+                if now:
+                    yield now
+                if events is None:
+                    continue
                 await self._finish(False)
-                events = events[cut:]
             if events:
                 yield events
         await self._finish(False)

@@ -163,9 +163,8 @@ class Recorder:
                 if held:
                     held.append(events)
                     continue
-                cut = asm.done_at(events)
-                if cut >= 0:
-                    events, rest = events[:cut], events[cut:]
+                events, rest = asm.split_done(events)
+                if rest is not None:
                     held.append(rest)
                 if events:
                     yield events

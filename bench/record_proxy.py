@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from tests.harness import free_port, stop_group, wait_http  # noqa: E402
 
 ANSWER = {
     "id": "chatcmpl-bench",
@@ -78,27 +77,6 @@ def echo_app():
     )
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(url: str, proc: subprocess.Popen, seconds: float) -> None:
-    import httpx
-
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    raise SystemExit(f"{url} did not come up in {seconds} s")
-
-
 def _spawn(argv: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         argv,
@@ -107,15 +85,6 @@ def _spawn(argv: list[str], log: Path, env: dict | None = None) -> subprocess.Po
         start_new_session=True,
         env=env or os.environ.copy(),
     )
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def load(url: str, model: str, clients: int, requests: int, stream: bool, deadline: float):
@@ -189,7 +158,7 @@ def main() -> None:
     from pipeline.recorder.wal import read_log
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-record-"))
-    up_port, proxy_port = _port(), _port()
+    up_port, proxy_port = free_port(), free_port()
     if args.vllm:
         model = "bench"
         up = _spawn(
@@ -198,11 +167,11 @@ def main() -> None:
              "--max-model-len", "1024", "--enforce-eager", "--disable-uvicorn-access-log"],
             tmp / "upstream.log", os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1"},
         )  # fmt: skip
-        _wait(f"http://127.0.0.1:{up_port}/health", up, 300)
+        wait_http(f"http://127.0.0.1:{up_port}/health", up, 300)
     else:
         model = "echo"
         up = _spawn([sys.executable, __file__, "--serve-echo", str(up_port)], tmp / "upstream.log")
-        _wait(f"http://127.0.0.1:{up_port}/health", up, 60)
+        wait_http(f"http://127.0.0.1:{up_port}/health", up, 60)
     upstream = f"http://127.0.0.1:{up_port}/v1"
     proxy = _spawn(
         [sys.executable, "-m", "flows.cli", "record", "--upstream", upstream, "--lake",
@@ -210,7 +179,7 @@ def main() -> None:
         tmp / "proxy.log",
     )  # fmt: skip
     try:
-        _wait(f"http://127.0.0.1:{proxy_port}/healthz", proxy, 60)
+        wait_http(f"http://127.0.0.1:{proxy_port}/healthz", proxy, 60)
         paths = {"direct": upstream, "proxy": f"http://127.0.0.1:{proxy_port}/v1"}
         res: dict[str, dict] = {
             k: {"lat": [], "answered": 0, "failed": 0, "seconds": 0.0} for k in paths
@@ -240,8 +209,8 @@ def main() -> None:
                 r["failed"] += bad
                 r["seconds"] += s
     finally:
-        _stop(proxy)
-        _stop(up)
+        stop_group(proxy)
+        stop_group(up)
     records = [
         r for r in read_log(str(tmp / "lake/recorder/wal")).records if r.get("status") == 200
     ]

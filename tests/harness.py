@@ -1,12 +1,18 @@
 """Harness code shared by tests and bench scripts: real sample records per reader, byte-level
 mutations and the invariant check of one ingest (fuzzing); a content snapshot of a lake (crash
-and concurrency checks); the live processes of the machine (nothing-left-running checks)."""
+and concurrency checks); the live processes of the machine (nothing-left-running checks); local
+servers (a free port, waiting until one answers, stopping its process group)."""
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import random
+import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -346,3 +352,41 @@ def descendants_of(pid: int, procs: list[dict]) -> list[dict]:
             out.append(c)
             todo.append(c["pid"])
     return out
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, proc: subprocess.Popen, seconds: float, log: Path | None = None) -> None:
+    """Until ``url`` answers; fails with the end of ``log`` when ``proc`` exits or time is up."""
+    import httpx
+
+    def tail() -> str:
+        return f":\n{log.read_text(errors='replace')[-3000:]}" if log and log.exists() else ""
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}{tail()}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} did not come up in {seconds} s{tail()}")
+
+
+def stop_group(proc: subprocess.Popen, seconds: float = 20) -> None:
+    """SIGTERM to the process group ``proc`` leads (started with ``start_new_session``), then
+    SIGKILL after ``seconds``."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

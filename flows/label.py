@@ -4,7 +4,11 @@
 ``engines=N`` shards the questions over N engines, one ``label-shard`` task each, mapped over
 the flow's task runner (``processes``, ``dask`` or ``ray`` put each engine in its own worker
 process; on a GPU machine shard i gets the (i mod n)-th of the flow's n visible GPUs). Each shard checkpoints its own
-batches, so a killed run resumes shard by shard."""
+batches, so a killed run resumes shard by shard.
+
+``judge=J`` then judges the live rollouts with a reasoning reward model (``flows.judge``; only
+what this judge has not judged yet) and reports labelling's extra signal beside the pass rates:
+the judge's mean score per pass-rate bin (``pipeline.label.judge_signal``)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,8 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
-from pipeline.label import LabelConfig, label, pass_rate_histogram, planned, shards
+from pipeline.judge.config import JudgeConfig
+from pipeline.label import LabelConfig, judge_signal, label, pass_rate_histogram, planned, shards
 from pipeline.lake import Lake
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
@@ -101,11 +106,17 @@ def label_flow(
     agent: AgentConfig | None = None,
     engines: int = 1,
     batch_questions: int = 32,
+    judge: str | None = None,
+    judge_backend: str = "auto",
+    judge_max_tokens: int = 512,
 ) -> dict:
     """Pass rates per unique question: recorded, or from K rollouts of ``policy`` through the
-    agent loop ``agent`` (default: the loop `flow train` uses), on ``engines`` engines."""
+    agent loop ``agent`` (default: the loop `flow train` uses), on ``engines`` engines; with
+    ``judge`` (a model folder or an OpenAI-compatible URL), the judge's scores of the rollouts."""
     if engines < 1:
         raise ValueError(f"engines must be at least 1, got {engines}")
+    if judge and not policy:
+        raise ValueError("the judge scores live rollouts: give a policy")
     lk = Lake(lake)
     config = LabelConfig(
         k=k,
@@ -123,6 +134,14 @@ def label_flow(
     else:
         run = run_cached(label_task, "label", lk, config)
         stats, state = {k: v for k, v in run.result.items() if k != "_owns"}, run.state
+    judged, signal = None, []
+    if judge:
+        from flows.judge import judge_task
+
+        report("stage", "judge rollouts")
+        config = JudgeConfig(judge, backend=judge_backend, max_tokens=judge_max_tokens)
+        judged = judge_task(lk.root, config, "rollouts", None)
+        signal = [s for s in judge_signal(lk) if s["judge_revision"] == judged["revision"]]
     hist = pass_rate_histogram(lk)
     lines = [
         "# Pass rates",
@@ -133,7 +152,16 @@ def label_flow(
         "|---|---|---|",
     ]
     lines += [f"| {h['label_source']} | {h['pass_rate']} | {h['questions']} |" for h in hist]
+    if signal:
+        lines += ["", f"## Judge scores ({judged['judge']})", "",
+                  "| bin | questions | scored | mean score | right | wrong |", "|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"| {s['bin']} | {s['questions']} | {s['scored']} | {s['judge_score']} "
+            f"| {s['judge_score_correct']} | {s['judge_score_wrong']} |"
+            for s in signal
+        ]
     create_markdown_artifact(
         key="pass-rates", markdown="\n".join(lines), description=f"Labels in {lk.root}"
     )
-    return {"lake": lk.root, "state": state, "stats": stats, "histogram": hist}
+    out = {"lake": lk.root, "state": state, "stats": stats, "histogram": hist}
+    return out | ({"judge": judged, "judge_signal": signal} if judge else {})

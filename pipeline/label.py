@@ -347,3 +347,47 @@ def pass_rate_histogram(lake: Lake) -> list[dict]:
         """SELECT label_source, round(pass_rate, 3) AS pass_rate, count(*) AS questions
            FROM labels GROUP BY ALL ORDER BY label_source, pass_rate""",
     ).to_pylist()
+
+
+def judge_signal(lake: Lake) -> list[dict]:
+    """Labelling's extra signal: per judge revision and pass-rate bin (the bins `flow build`
+    balances), the judge's mean score of the rollouts behind the live labels, over all and right
+    and wrong apart. A judge that scores easy questions' rollouts no higher than hard ones', or
+    right rollouts no higher than wrong ones, says something the pass rate does not."""
+    from pipeline.select import SelectConfig, pass_rate_bin
+
+    rows = query(
+        lake,
+        """SELECT judge_model, judge_revision, pass_rate, count(*) AS questions,
+                  sum(judged)::BIGINT AS judged, sum(scored)::BIGINT AS scored,
+                  sum(judge_score * scored)::DOUBLE AS s, sum(scored_correct)::BIGINT AS nc,
+                  sum(judge_score_correct * scored_correct)::DOUBLE AS sc,
+                  sum(scored_wrong)::BIGINT AS nw, sum(judge_score_wrong * scored_wrong)::DOUBLE AS sw
+           FROM label_judge_scores GROUP BY ALL""",
+    ).to_pylist()
+    bins: dict[tuple, dict] = {}
+    keys = ("questions", "judged", "scored", "s", "nc", "sc", "nw", "sw")
+    for r in rows:
+        b = pass_rate_bin(r["pass_rate"], SelectConfig())
+        o = bins.setdefault((r["judge_model"], r["judge_revision"], b), dict.fromkeys(keys, 0))
+        for key in keys:
+            o[key] += r[key] or 0
+
+    def mean(total: float, n: int) -> float | None:
+        return round(total / n, 4) if n else None
+
+    order = {b: i for i, b in enumerate(("all wrong", "hard", "medium", "easy", "all right"))}
+    return [
+        {
+            "judge_model": m,
+            "judge_revision": rev,
+            "bin": b,
+            "questions": o["questions"],
+            "judged": o["judged"],
+            "scored": o["scored"],
+            "judge_score": mean(o["s"], o["scored"]),
+            "judge_score_correct": mean(o["sc"], o["nc"]),
+            "judge_score_wrong": mean(o["sw"], o["nw"]),
+        }  # fmt: skip
+        for (m, rev, b), o in sorted(bins.items(), key=lambda kv: (kv[0][:2], order[kv[0][2]]))
+    ]

@@ -70,10 +70,27 @@ def visible_parts(lake: Lake) -> dict[str, list[str]]:
     return out
 
 
-VALID_VIEWS = {
+VIEWS = {
     f"valid_{t}": f"SELECT x.*, v.flags AS validation_flags FROM {t} x JOIN validation v ON v.record_id = x.record_id AND v.\"table\" = '{t}' WHERE v.passed"
     for t in ("trajectories", "questions", "attempts")
 }
+# Labelling's extra signal: per live label and judge, the judge's mean score of the rollouts the
+# pass rate was counted from, right and wrong rollouts apart (`flow label --judge`).
+VIEWS["label_judge_scores"] = """
+SELECT l.question_id, l.policy, l.revision, l.config_key, l.k, l.pass_rate,
+       j.judge_model, j.judge_revision,
+       count(*) AS judged, count(j.score) AS scored,
+       avg(j.score) AS judge_score,
+       count(j.score) FILTER (WHERE r.correct) AS scored_correct,
+       avg(j.score) FILTER (WHERE r.correct) AS judge_score_correct,
+       count(j.score) FILTER (WHERE NOT r.correct) AS scored_wrong,
+       avg(j.score) FILTER (WHERE NOT r.correct) AS judge_score_wrong
+FROM labels l
+JOIN rollouts r ON r.question_id = l.question_id AND r.revision = l.revision
+     AND r.config_key = l.config_key
+JOIN judgements j ON j.target = 'rollout' AND j.target_id = r.rollout_id
+WHERE l.label_source = 'rollouts'
+GROUP BY ALL"""
 
 
 class ReadOnlyTables(DirFileSystem):
@@ -109,7 +126,8 @@ def _view_source(lake: Lake, table: str, part: str) -> str:
 
 def connect(lake: Lake, config: QueryConfig | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a view per lake table (empty views for empty tables), and
-    ``valid_<table>`` views: rows that passed validation, with their warn flags. File access is
+    ``valid_<table>`` views (rows that passed validation, with their warn flags) and
+    ``label_judge_scores``. File access is
     locked to the lake's tables before anything else runs on it."""
     config = config or QueryConfig()
     con = duckdb.connect(config={"autoinstall_known_extensions": False})
@@ -133,7 +151,7 @@ def connect(lake: Lake, config: QueryConfig | None = None) -> duckdb.DuckDBPyCon
         else:
             con.register(f"_empty_{table}", schema.empty_table())
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM _empty_{table}")
-    for name, sql in VALID_VIEWS.items():
+    for name, sql in VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {sql}")
     if lake.is_local:
         con.execute(f"SET allowed_directories = [{sql_string(lake.path('tables') + '/')}]")

@@ -96,7 +96,7 @@ def test_dedup_flow_records_an_artifact(harness, shared, tmp_path):
     )
 
 
-def test_label_flow_records_a_pass_rate_artifact(harness, shared, tmp_path):
+def test_label_flow_records_a_pass_rate_artifact(harness, shared, tiny_model, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
@@ -104,6 +104,7 @@ def test_label_flow_records_a_pass_rate_artifact(harness, shared, tmp_path):
     from flows.ingest import ingest_flow
     from flows.label import label_flow
     from flows.validate import validate_flow
+    from pipeline.rollout.agent import AgentConfig
 
     lake = str(tmp_path / "lake")
     ingest_flow(paths=[str(shared / "qwen25_math_rollouts")], lake=lake)
@@ -119,6 +120,38 @@ def test_label_flow_records_a_pass_rate_artifact(harness, shared, tmp_path):
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["pass-rates"]))
         )
     assert arts[0].type == "markdown" and "| recorded | 1.0 |" in arts[0].data
+    # live labels, then a judge over their rollouts (the tiny model: its parses fail, counted)
+    pool = tmp_path / "pool.jsonl"  # a question pool: {question, answer}
+    pool.write_text(
+        "".join(
+            json.dumps({"question": f"What is {a} times 7?", "answer": str(7 * a)}) + "\n"
+            for a in (12, 13, 14)
+        )
+    )
+    lake = str(tmp_path / "live")
+    ingest_flow(paths=[str(pool)], lake=lake)
+    validate_flow(lake=lake, data_docs=False)
+    dedup_flow(lake=lake)
+    live = label_flow(
+        lake=lake,
+        policy=tiny_model,
+        k=2,
+        backend="transformers",
+        limit=2,
+        max_tokens=8,
+        agent=AgentConfig(max_turns=1, max_response_tokens=16),
+        judge=tiny_model,
+        judge_backend="transformers",
+        judge_max_tokens=8,
+    )
+    assert live["stats"]["labelled_now"] == 2 and live["judge"]["judged"] == 4
+    assert sum(live["judge"]["status"].values()) == 4
+    assert sum(b["questions"] for b in live["judge_signal"]) == 2
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["pass-rates"]))
+        )
+    assert any("## Judge scores" in a.data for a in arts)
 
 
 def test_record_stage_commits_the_recorders_log_on_a_schedule_and_says_when_idle(harness, tmp_path):

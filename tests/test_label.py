@@ -57,18 +57,22 @@ def test_recorded_pass_rates_match_the_attempt_files(labelled, shared):
     assert one["pass_rate"] == one["n_correct"] / one["k"]
 
 
-@pytest.mark.usefixtures("sandbox_available")
-def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
-    lake, _ = labelled
-    cfg = LabelConfig(
+def _live(tiny_model: str, limit: int) -> LabelConfig:
+    return LabelConfig(
         k=8,
         policy=tiny_model,
         backend="transformers",
-        limit=4,
+        limit=limit,
         batch_questions=2,
         sampling=Sampling(max_tokens=16),
         agent=AgentConfig(max_turns=2, max_response_tokens=48),
     )
+
+
+@pytest.mark.usefixtures("sandbox_available")
+def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
+    lake, _ = labelled
+    cfg = _live(tiny_model, limit=4)
     first = label(lake, cfg)
     assert first["labelled_now"] == 4 and first["episodes"] == 32
     rows = query(lake, "SELECT * FROM rollouts").to_pylist()
@@ -94,3 +98,61 @@ def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
         "SELECT count(*) n FROM labels l JOIN unique_questions u USING (question_id) WHERE l.label_source = 'rollouts' AND NOT u.train_eligible",
     ).to_pylist()[0]["n"]
     assert bad == 0
+
+
+@pytest.mark.usefixtures("sandbox_available")
+def test_the_judges_scores_of_the_rollouts_are_labellings_extra_signal(labelled, tiny_model):
+    """Live labels of 8 questions (those of the test above, or made here), then a judge scores their rollouts: the
+    `label_judge_scores` view and `judge_signal`'s bins hold the means computed by hand from the
+    judgements and rollouts tables, right and wrong rollouts apart."""
+    from transformers import AutoTokenizer
+
+    from pipeline.judge.stage import judge_lake
+    from pipeline.label import judge_signal
+    from pipeline.select import SelectConfig, pass_rate_bin
+    from tests.test_judge import _scripted_judge
+
+    lake, _ = labelled
+    label(lake, _live(tiny_model, limit=8))  # nothing to do after the test above
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    judge, _ = _scripted_judge(tok, "0")
+    judge.engine.script = lambda prompt, turn: (  # a score that differs from prompt to prompt
+        f"<critique>ok</critique><score>{len(prompt) % 11 / 10}</score>"
+        if len(prompt) % 11 < 10
+        else "no verdict"  # a failed parse: NULL, counted, never a 0
+    )
+    res = judge_lake(lake, judge, "rollouts")
+    assert res.judged == res.candidates == 64
+    rows = query(
+        lake,
+        "SELECT l.question_id, l.pass_rate, r.correct, j.score FROM labels l "
+        "JOIN rollouts r USING (question_id) JOIN judgements j ON j.target_id = r.rollout_id "
+        "WHERE l.label_source = 'rollouts'",
+    ).to_pylist()
+    assert len(rows) == 64 and any(r["score"] is None for r in rows)
+    view = {
+        r["question_id"]: r for r in query(lake, "SELECT * FROM label_judge_scores").to_pylist()
+    }
+    assert len(view) == 8
+    for qid, v in view.items():
+        mine = [r for r in rows if r["question_id"] == qid]
+        scored = [r["score"] for r in mine if r["score"] is not None]
+        right = [r["score"] for r in mine if r["score"] is not None and r["correct"]]
+        assert v["judged"] == len(mine) == 8 and v["scored"] == len(scored)
+        assert v["judge_score"] == pytest.approx(sum(scored) / len(scored))
+        assert v["scored_correct"] == len(right)
+        assert v["judge_score_correct"] == (
+            pytest.approx(sum(right) / len(right)) if right else None
+        )
+    bins = judge_signal(lake)
+    assert sum(b["questions"] for b in bins) == 8 and {b["judge_revision"] for b in bins} == {
+        judge.revision
+    }
+    for b in bins:
+        mine = [r for r in rows if pass_rate_bin(r["pass_rate"], SelectConfig()) == b["bin"]]
+        scored = [r["score"] for r in mine if r["score"] is not None]
+        wrong = [r["score"] for r in mine if r["score"] is not None and not r["correct"]]
+        assert b["scored"] == len(scored) and b["judged"] == len(mine)
+        assert b["judge_score"] == pytest.approx(sum(scored) / len(scored), abs=1e-4)
+        if wrong:
+            assert b["judge_score_wrong"] == pytest.approx(sum(wrong) / len(wrong), abs=1e-4)

@@ -9,6 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
+from pipeline.diversity.config import DIMENSIONS, DiversityConfig
 from pipeline.exports import ExportConfig
 from pipeline.lake import Lake
 from pipeline.profile import SFTConfig
@@ -32,9 +33,24 @@ def markdown(m: dict) -> str:
         f"Short bins: {rl['short_bins'] or 'none'}. Entropy before {rl['entropy_before']}, after {rl['entropy_after']}.",
         f"SFT: dropped {sft['dropped']}; entropy {sft['entropy']}.",
         "",
+        *_diversity_md(rl.get("diversity")),
         "![pyramid](pyramid.png)",
     ]
     return "\n".join(lines)
+
+
+def _diversity_md(div: dict | None) -> list[str]:
+    if not div:
+        return []
+    from pipeline.diversity.measure import side_by_side
+
+    rows = side_by_side(div)
+    head = list(rows[0])
+    out = ["## Diversity (bits)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join("" if v is None else str(v) for v in r.values()) + " |" for r in rows]
+    if div["warning"]:
+        out += ["", f"**Warning:** {div['warning']}"]
+    return [*out, ""]
 
 
 @task(name="build-dataset", **CACHED, **RETRIES)
@@ -59,12 +75,18 @@ def build_flow(
     system_prompt: str | None = SYSTEM,
     label_revision: str | None = None,
     min_judge_score: float | None = None,
+    objective: str = "entropy",
+    diversity_target: float = 2.5,
+    diversity_dimensions: list[str] | None = None,
 ) -> dict:
     """Publish ``datasets/<name>/v<N>`` from the labelled, deduplicated, validated lake."""
     lk = Lake(lake)
+    diversity = DiversityConfig(
+        dimensions=tuple(diversity_dimensions or DIMENSIONS), target_bits=diversity_target
+    )
     config = BuildConfig(
         name=name,
-        select=SelectConfig(size=size, seed=seed),
+        select=SelectConfig(size=size, seed=seed, objective=objective, diversity=diversity),
         label_source=label_source,
         keep_source_system_prompts=keep_source_system_prompts,
         system_prompt=system_prompt,

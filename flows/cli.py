@@ -623,9 +623,17 @@ def _print_build(m: dict) -> None:
         console.print(
             f"  [yellow]short bins[/yellow] {esc(rl['short_bins'])}: the largest dataset meeting the ratios has {rl['largest_size_meeting_ratios']} questions"
         )
-    console.print(
-        f"  entropy before {esc(rl['entropy_before'])} -> after {esc(rl['entropy_after'])}"
-    )
+    div = rl.get("diversity")
+    if div:
+        from pipeline.diversity.measure import side_by_side
+
+        table = Table("dimension", "supply", "selected", *list(side_by_side(div)[0])[3:],
+                      title="diversity (bits)", title_justify="left")  # fmt: skip
+        for r in side_by_side(div):
+            table.add_row(*("" if v is None else esc(str(v)) for v in r.values()))
+        console.print(table)
+        if div["warning"]:
+            console.print(f"  [yellow]warning:[/yellow] {esc(div['warning'])}")
     console.print(
         f"  [bold]{esc(m['path'])}[/bold] (manifest.json, rl/, sft/, exports/, pyramid.png)"
     )
@@ -663,6 +671,24 @@ def build(
             help="SFT rows only from trajectories the judge (`flow judge`) scored at least this."
         ),
     ] = None,
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="entropy: maximise the feature dimensions' entropy inside the pyramid | "
+            "strata: draw evenly over (domain, source, tool pattern)."
+        ),
+    ] = "entropy",
+    diversity_target: Annotated[
+        float, typer.Option(help="Joint entropy (bits) below which the build warns.")
+    ] = 2.5,
+    diversity_dimensions: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated feature dimensions (default: all of question_features: "
+            "domain, source, tool_pattern, behaviour, tool_calls, error_recovery, "
+            "verification, length)."
+        ),
+    ] = None,
 ) -> None:
     """Build a versioned dataset: RL pyramid, SFT selection, shards, manifest, exports."""
     from flows.build import build_flow
@@ -676,6 +702,18 @@ def build(
 
     if tool_arguments not in TOOL_ARGUMENTS:
         raise typer.BadParameter(" | ".join(TOOL_ARGUMENTS), param_hint="--tool-arguments")
+    from pipeline.diversity.config import DiversityConfig
+    from pipeline.diversity.errors import DiversityError
+
+    dims = [d.strip() for d in diversity_dimensions.split(",")] if diversity_dimensions else None
+    try:
+        DiversityConfig(
+            **({"dimensions": tuple(dims)} if dims else {}), target_bits=diversity_target
+        )
+    except DiversityError as e:
+        raise typer.BadParameter(str(e), param_hint="--diversity-dimensions") from None
+    if objective not in ("entropy", "strata"):
+        raise typer.BadParameter("entropy | strata", param_hint="--objective")
     _upstream(lake, "build")
     with console.status("building…"):
         m = build_flow(
@@ -687,6 +725,9 @@ def build(
             tool_arguments=tool_arguments,
             keep_source_system_prompts=source_system_prompts,
             min_judge_score=min_judge_score,
+            objective=objective,
+            diversity_target=diversity_target,
+            diversity_dimensions=dims,
         )
     _print_build(m)
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline import exports
 from pipeline.charts import pyramid_png
+from pipeline.diversity.features import write_question_features
 from pipeline.exports import ExportConfig
 from pipeline.lake import PARQUET_OPTIONS, Lake
 from pipeline.profile import SFTConfig, features, keep_for_sft
@@ -77,12 +78,12 @@ rep AS (
          arg_min(source_uri, (pick, record_id)) AS source_uri
   FROM rows GROUP BY 1),
 tools AS (SELECT question_id, any_value(tools) AS tools FROM valid_questions GROUP BY 1)
-SELECT u.question_id, u.question, u.ground_truth, u.answer_type, coalesce(u.domain, 'unknown') AS domain,
+SELECT f.behaviour, f.tool_calls, f.error_recovery, f.verification, f.length, u.question_id, u.question, u.ground_truth, u.answer_type, coalesce(u.domain, 'unknown') AS domain,
        u.datasets, u.sources[1] AS source, lab.k, lab.n_correct, lab.n_correct / lab.k AS pass_rate, lab.label_source,
        CASE WHEN traj.calls IS NULL THEN 'unknown' WHEN traj.calls = 0 THEN 'none' WHEN traj.calls <= 1 THEN 'single' ELSE 'multi' END AS tool_pattern,
        rep.record_id, rep.source_uri, tools.tools
 FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN traj USING (question_id) LEFT JOIN rep USING (question_id)
-     LEFT JOIN tools USING (question_id)
+     LEFT JOIN tools USING (question_id) LEFT JOIN question_features f USING (question_id)
 WHERE u.train_eligible AND u.ground_truth IS NOT NULL
 ORDER BY u.question_id
 """
@@ -202,6 +203,7 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     revision = ""
     if source == "rollouts" and config.label_revision:
         revision = f"AND revision = {sql_string(config.label_revision)}"
+    write_question_features(lake)  # the feature store the selection's diversity is measured on
     items = query(lake, RL_ITEMS.format(source=source, revision=revision)).to_pylist()
     sel = select(items, config.select)
     rl_rows = [{k: r.get(k) for k in RL_ROWS.names} for r in sel.rows]
@@ -250,6 +252,13 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         latest["path"] = lake.path("datasets", name, f"v{latest['version']}")
         latest["unchanged"] = True
         return latest
+    # the diversity profile beside the previous version's (None for v1, or a version built
+    # before the diversity sampler)
+    sel.report["diversity"]["previous"] = (
+        {"version": latest["version"], **(latest["rl"].get("diversity") or {}).get("selected", {})}
+        if latest and (latest["rl"].get("diversity") or {}).get("selected")
+        else None
+    )
     manifest = {
         "name": name,
         "version": version,

@@ -304,10 +304,16 @@ def write_report(
             }
             for b in ("easy", "medium", "hard")
         ]
-        diversity = [
-            {"field": k, "entropy_before": rl["entropy_before"][k], "entropy_after": v}
-            for k, v in rl["entropy_after"].items()
-        ]
+        div = rl.get("diversity")
+        if div:
+            from pipeline.diversity.measure import side_by_side
+
+            diversity = side_by_side(div)
+        else:  # a dataset built before the diversity sampler
+            diversity = [
+                {"field": k, "entropy_before": rl["entropy_before"][k], "entropy_after": v}
+                for k, v in rl["entropy_after"].items()
+            ]
         path = manifest.get("path", "")
         png = f"{path}/pyramid.png"
         if path and lake.fs.exists(png):
@@ -322,6 +328,11 @@ def write_report(
             + ('<img src="pyramid.png">' if "pyramid.png" in files else "")
             + "<p>Diversity (entropy, bits):</p>"
             + _table(diversity)
+            + (
+                f"<p><b>Warning:</b> {html.escape(div['warning'])}</p>"
+                if div and div.get("warning")
+                else ""
+            )
             + "<p>Manifest files:</p>"
             + _table(shards)
         )

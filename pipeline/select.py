@@ -5,18 +5,29 @@ Bins (any K): hard ``0 < p <= hard_max``, medium ``hard_max < p < easy_min``, ea
 ``easy_min <= p < 1``; the defaults (0.3, 0.7) give, for K=8, hard 1–2/8, medium 3–5/8,
 easy 6–7/8. The largest dataset meeting the target ratios is
 ``N = min(n_bin / ratio_bin)``; a requested size above it is reported as a shortfall per bin,
-never silently filled. Inside a bin, items are drawn one at a time from the stratum (domain,
-source, tool pattern) with the fewest picks so far, ties broken by a seeded shuffle, so the
-selection is as even as supply allows and the same for the same seed.
+never silently filled. Inside the bins' quotas the questions are chosen for diversity:
+
+* ``objective="entropy"`` (default): the greedy of ``pipeline.diversity.objective`` maximises
+  the sum of the marginal entropies of the feature dimensions (``diversity.dimensions``: domain,
+  source, tool pattern and the behaviour features of the feature store) over the whole dataset;
+* ``objective="strata"``: each item is drawn from the stratum (``strata``) with the fewest
+  picks so far (the earlier selection, kept as the baseline of bench/select.py).
+
+Ties break by a seeded shuffle: the same supply and seed give the same selection. The report
+holds the diversity profile (bits per dimension and joint) of the supply and of the selection,
+and a warning naming the short dimensions when the joint misses ``diversity.target_bits``.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+
+from pipeline.diversity.config import DiversityConfig
+from pipeline.diversity.measure import bits, profile, verdict
+from pipeline.diversity.objective import max_entropy_pick
 
 BINS = ("easy", "medium", "hard")
 
@@ -28,7 +39,13 @@ class SelectConfig:
     easy_min: float = 0.7
     size: int | None = None  # requested dataset size (default: the largest that meets the ratios)
     seed: int = 0
+    objective: str = "entropy"  # entropy | strata (see the module docstring)
     strata: tuple[str, ...] = ("domain", "source", "tool_pattern")
+    diversity: DiversityConfig = field(default_factory=DiversityConfig)
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("entropy", "strata"):
+            raise ValueError(f"objective must be entropy or strata, not {self.objective!r}")
 
 
 def difficulty(pass_rate: float, config: SelectConfig) -> str | None:
@@ -49,12 +66,7 @@ def pass_rate_bin(pass_rate: float, config: SelectConfig) -> str:
     return difficulty(pass_rate, config)
 
 
-def entropy(values: list) -> float:
-    """Shannon entropy (bits) of a list of labels."""
-    n = len(values)
-    if not n:
-        return 0.0
-    return max(0.0, -sum(c / n * math.log2(c / n) for c in Counter(values).values()))
+entropy = bits  # Shannon entropy (bits) of a list of labels
 
 
 def _stratified(items: list[dict], k: int, keys: tuple[str, ...], rng: random.Random) -> list[dict]:
@@ -104,8 +116,12 @@ def select(items: list[dict], config: SelectConfig | None = None) -> Selection:
     short = {b: {"have": supply[b], "need": want[b]} for b in BINS if supply[b] < want[b]}
     take = {b: min(want[b], supply[b]) for b in BINS}
     rows = []
-    for b in BINS:
-        rows += _stratified(binned[b], take[b], config.strata, rng)
+    if config.objective == "entropy":
+        picked = max_entropy_pick(binned, dict(take), config.diversity.dimensions, config.seed)
+        rows = [r for b in BINS for r in picked[b]]
+    else:
+        for b in BINS:
+            rows += _stratified(binned[b], take[b], config.strata, rng)
     rows.sort(key=lambda r: (BINS.index(r["difficulty"]), r["question_id"]))
     total = len(rows)
     before = [
@@ -127,5 +143,15 @@ def select(items: list[dict], config: SelectConfig | None = None) -> Selection:
             s: round(entropy([it.get(s) for it in before]), 4) for s in config.strata
         },
         "entropy_after": {s: round(entropy([r.get(s) for r in rows]), 4) for s in config.strata},
+        "diversity": diversity(before, rows, config.diversity),
     }
     return Selection(rows, report)
+
+
+def diversity(supply: list[dict], rows: list[dict], config: DiversityConfig) -> dict:
+    """The diversity section of the report: the supply's and the selection's profiles, and the
+    verdict against the target."""
+    have, got = profile(supply, config), profile(rows, config)
+    return {"dimensions": list(config.dimensions), "supply": have, "selected": got} | verdict(
+        got, have, config
+    )

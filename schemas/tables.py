@@ -274,6 +274,24 @@ JUDGEMENTS = pa.schema(
     ]
 )
 
+# The diversity sampler's feature store (pipeline/diversity): one row per unique question, the
+# categorical features its diversity is measured on; ``unknown`` where nothing was observed.
+QUESTION_FEATURES = pa.schema(
+    [
+        ("question_id", pa.string()),  # a unique_questions id (cluster representative)
+        ("domain", pa.string()),
+        ("source", pa.string()),
+        ("tool_pattern", pa.string()),  # none | single | multi (mean calls of its trajectories)
+        ("behaviour", pa.string()),  # none | reactive | deliberative | mixed (majority)
+        ("tool_calls", pa.string()),  # 0 | 1 | 2 | 3+ (majority)
+        ("error_recovery", pa.string()),  # yes | no: any trajectory/rollout recovers
+        ("verification", pa.string()),  # yes | no: any trajectory/rollout verifies
+        ("length", pa.string()),  # short | medium | long: the policy's own text (majority)
+        ("n_trajectories", pa.int32()),
+        ("n_rollouts", pa.int32()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "questions": QUESTIONS,
@@ -288,6 +306,7 @@ TABLES: dict[str, pa.Schema] = {
     "rollouts": ROLLOUTS,
     "evals": EVALS,
     "judgements": JUDGEMENTS,
+    "question_features": QUESTION_FEATURES,
 }
 
 

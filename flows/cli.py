@@ -627,9 +627,9 @@ def _print_build(m: dict) -> None:
     if div:
         from pipeline.diversity.measure import side_by_side
 
-        table = Table("dimension", "supply", "selected", *list(side_by_side(div)[0])[3:],
-                      title="diversity (bits)", title_justify="left")  # fmt: skip
-        for r in side_by_side(div):
+        rows = side_by_side(div)
+        table = Table(*rows[0], title="diversity (bits)", title_justify="left")
+        for r in rows:
             table.add_row(*("" if v is None else esc(str(v)) for v in r.values()))
         console.print(table)
         if div["warning"]:
@@ -704,16 +704,18 @@ def build(
         raise typer.BadParameter(" | ".join(TOOL_ARGUMENTS), param_hint="--tool-arguments")
     from pipeline.diversity.config import DiversityConfig
     from pipeline.diversity.errors import DiversityError
+    from pipeline.select import SelectConfig
 
     dims = [d.strip() for d in diversity_dimensions.split(",")] if diversity_dimensions else None
-    try:
+    try:  # the configs' own checks, before any work
         DiversityConfig(
             **({"dimensions": tuple(dims)} if dims else {}), target_bits=diversity_target
         )
+        SelectConfig(objective=objective)
     except DiversityError as e:
         raise typer.BadParameter(str(e), param_hint="--diversity-dimensions") from None
-    if objective not in ("entropy", "strata"):
-        raise typer.BadParameter("entropy | strata", param_hint="--objective")
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--objective") from None
     _upstream(lake, "build")
     with console.status("building…"):
         m = build_flow(

@@ -66,9 +66,6 @@ RL_ITEMS = """
 WITH lab AS (
   SELECT question_id, label_source, sum(n_correct) AS n_correct, sum(k) AS k
   FROM labels WHERE label_source = '{source}' {revision} GROUP BY ALL),
-traj AS (
-  SELECT c.representative_id AS question_id, avg(t.num_tool_calls) AS calls
-  FROM valid_trajectories t JOIN dedup_clusters c ON c.scope = 'question' AND c.member_id = t.question_id GROUP BY 1),
 rows AS (
   SELECT question_id, record_id, source_uri, 0 AS pick FROM valid_questions
   UNION ALL SELECT question_id, record_id, source_uri, 1 FROM valid_trajectories
@@ -80,9 +77,9 @@ rep AS (
 tools AS (SELECT question_id, any_value(tools) AS tools FROM valid_questions GROUP BY 1)
 SELECT f.behaviour, f.tool_calls, f.error_recovery, f.verification, f.length, u.question_id, u.question, u.ground_truth, u.answer_type, coalesce(u.domain, 'unknown') AS domain,
        u.datasets, u.sources[1] AS source, lab.k, lab.n_correct, lab.n_correct / lab.k AS pass_rate, lab.label_source,
-       CASE WHEN traj.calls IS NULL THEN 'unknown' WHEN traj.calls = 0 THEN 'none' WHEN traj.calls <= 1 THEN 'single' ELSE 'multi' END AS tool_pattern,
+       f.tool_pattern,
        rep.record_id, rep.source_uri, tools.tools
-FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN traj USING (question_id) LEFT JOIN rep USING (question_id)
+FROM unique_questions u JOIN lab USING (question_id) LEFT JOIN rep USING (question_id)
      LEFT JOIN tools USING (question_id) LEFT JOIN question_features f USING (question_id)
 WHERE u.train_eligible AND u.ground_truth IS NOT NULL
 ORDER BY u.question_id
@@ -254,10 +251,9 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         return latest
     # the diversity profile beside the previous version's (None for v1, or a version built
     # before the diversity sampler)
+    before = (latest["rl"].get("diversity") or {}).get("selected") if latest else None
     sel.report["diversity"]["previous"] = (
-        {"version": latest["version"], **(latest["rl"].get("diversity") or {}).get("selected", {})}
-        if latest and (latest["rl"].get("diversity") or {}).get("selected")
-        else None
+        {"version": latest["version"], **before} if before else None
     )
     manifest = {
         "name": name,

@@ -42,8 +42,7 @@ def max_entropy_pick(
     the marginal entropy of the whole selection."""
     rng = random.Random(seed)
     codes: list[dict] = [{} for _ in dimensions]  # per dimension: value -> code
-    cells: dict[tuple, list[dict]] = {}
-    cell_bin: dict[tuple, str] = {}
+    cells: dict[tuple, list[dict]] = {}  # (bin, code per dimension) -> items
     for b, items in bins.items():
         for it in items:
             key = (
@@ -51,8 +50,7 @@ def max_entropy_pick(
                 *(codes[i].setdefault(it.get(d), len(codes[i])) for i, d in enumerate(dimensions)),
             )
             cells.setdefault(key, []).append(it)
-            cell_bin[key] = b
-    keys = sorted(cells, key=lambda k: (k[0], k[1:]))
+    keys = sorted(cells)
     rng.shuffle(keys)  # the seeded tie-break order
     for k in keys:
         rng.shuffle(cells[k])
@@ -60,14 +58,14 @@ def max_entropy_pick(
         return {b: [] for b in bins}
     vals = np.array([k[1:] for k in keys], dtype=np.int64).reshape(len(keys), len(dimensions))
     supply = np.array([len(cells[k]) for k in keys], dtype=np.int64)
-    bin_of = np.array([list(bins).index(cell_bin[k]) for k in keys])
+    names = list(bins)
+    bin_of = np.array([names.index(k[0]) for k in keys])
     total = sum(take.values())
     f = _gain_table(total + 1)
     counts = [np.zeros(len(c), dtype=np.int64) for c in codes]  # per dimension, per value
     picked = np.zeros(len(keys), dtype=np.int64)
     tie = np.arange(len(keys)) * 1e-12  # seeded rank (keys were shuffled)
     chunk = max(1, math.ceil(total / CHUNKS))
-    names = list(bins)
     filled = {b: 0 for b in names}
     while True:
         open_bins = [b for b in names if filled[b] < take[b]]
@@ -87,5 +85,5 @@ def max_entropy_pick(
             counts[i][vals[c, i]] += n
     out: dict[str, list[dict]] = {b: [] for b in bins}
     for k, n in zip(keys, picked.tolist(), strict=True):
-        out[cell_bin[k]] += cells[k][:n]
+        out[k[0]] += cells[k][:n]
     return out

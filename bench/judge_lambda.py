@@ -101,13 +101,16 @@ def main() -> None:
     held, pool = questions(args.held_out, 99), questions(400, 7)
     sampling = Sampling(temperature=1.0, max_tokens=48)
 
-    def avg(model: str) -> float:
-        return evaluate(TransformersEngine(model), held, k=args.k, config=AGENT, sampling=sampling)[
-            f"average@{args.k}"
-        ]
+    def avg(model: str) -> tuple[float, list[float]]:
+        """held-out avg@k and its 95% bootstrap interval over the questions"""
+        r = evaluate(TransformersEngine(model), held, k=args.k, config=AGENT, sampling=sampling)
+        return r[f"average@{args.k}"], r["ci"][f"average@{args.k}"]
 
-    before = avg(policy)
-    print(f"SFT policy held-out avg@{args.k}: {before:.3f}; judge: {judge.name}")
+    before, ci = avg(policy)
+    print(
+        f"SFT policy held-out avg@{args.k}: {before:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]; "
+        f"judge: {judge.name}"
+    )
     results = []
     for lam in [float(x) for x in args.lambdas.split(",")]:
         t0 = time.perf_counter()
@@ -122,17 +125,19 @@ def main() -> None:
         hist = train(cfg, pool, judge=judge if lam else None)
         ran = [h for h in hist if "skipped" not in h]
         late = ran[-5:]
-        after = avg(str(tmp / f"lam-{lam}/checkpoint-latest"))
+        after, ci = avg(str(tmp / f"lam-{lam}/checkpoint-latest"))
         term = sum(h.get("judge_term_mean", 0.0) for h in late) / max(1, len(late))
         acc = sum(h["accuracy"] for h in late) / max(1, len(late))
-        results.append((lam, after, acc, term, time.perf_counter() - t0))
+        results.append((lam, after, ci, acc, term, time.perf_counter() - t0))
     base = results[0][1] if results and results[0][0] == 0 else None
     print(
-        f"{'λ':>6} {'held-out avg@' + str(args.k):>16} {'vs λ=0':>8} {'train acc (last 5)':>19} {'λ·score':>8} {'s':>6}"
+        f"{'λ':>6} {'held-out avg@' + str(args.k):>16} {'95% interval':>15} {'vs λ=0':>8} "
+        f"{'train acc (last 5)':>19} {'λ·score':>8} {'s':>6}"
     )
-    for lam, after, acc, term, s in results:
+    for lam, after, ci, acc, term, s in results:
         ratio = f"{after / base:.2f}x" if base else "-"
-        print(f"{lam:>6g} {after:>16.3f} {ratio:>8} {acc:>19.3f} {term:>8.3f} {s:>6.0f}")
+        span = f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+        print(f"{lam:>6g} {after:>16.3f} {span:>15} {ratio:>8} {acc:>19.3f} {term:>8.3f} {s:>6.0f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Every benchmark script runs as docs/benchmarks.md writes it (`python bench/NAME.py`): a
-script in bench/ named like a package of the project once shadowed it for all the others."""
+script in bench/ named like a package of the project, or like a standard-library module
+(`select.py`), once shadowed it for all the others."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ SCRIPTS = sorted(p.name for p in (REPO / "bench").glob("*.py"))
 PACKAGES = {p.name for p in REPO.iterdir() if (p / "__init__.py").exists()}
 
 
-def test_no_bench_script_shadows_a_package():
-    assert not {Path(s).stem for s in SCRIPTS} & PACKAGES
+def test_no_bench_script_shadows_a_package_or_the_standard_library():
+    """`python bench/X.py` puts bench/ first on sys.path: a bench/select.py is every script's
+    `import select` (the sandbox's pipes then fail with a TypeError)."""
+    stems = {Path(s).stem for s in SCRIPTS}
+    assert not stems & PACKAGES
+    assert not stems & set(sys.stdlib_module_names)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -2,7 +2,7 @@
 generated supply of labelled questions with every feature dimension of the feature store, both
 run in this process (alternating, best of ``--repeat``), with the diversity each one reaches.
 
-    python bench/select.py [--rows 1000000] [--repeat 2]
+    python bench/selection.py [--rows 1000000] [--repeat 2]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ never silently filled. Inside the bins' quotas the questions are chosen for dive
   the sum of the marginal entropies of the feature dimensions (``diversity.dimensions``: domain,
   source, tool pattern and the behaviour features of the feature store) over the whole dataset;
 * ``objective="strata"``: each item is drawn from the stratum (``strata``) with the fewest
-  picks so far (the earlier selection, kept as the baseline of bench/select.py).
+  picks so far (the earlier selection, kept as the baseline of bench/selection.py).
 
 Ties break by a seeded shuffle: the same supply and seed give the same selection. The report
 holds the diversity profile (bits per dimension and joint) of the supply and of the selection,

@@ -839,6 +839,13 @@ def train(
         bool,
         typer.Option(help="Reagent-U: each group pools K initial and K critique-refined episodes."),
     ] = False,
+    adaptive: Annotated[
+        bool,
+        typer.Option(
+            help="Adaptive difficulty: track each question's pass rate; all-correct ones retire, "
+            "all-wrong ones back off, draws follow the dataset's pyramid (docs/training.md)."
+        ),
+    ] = False,
     lake: LakeOpt = None,
 ) -> None:
     """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
@@ -885,12 +892,15 @@ def train(
                 if judge and (judge_weight or refine)
                 else {}
             )
+            | ({"adaptive": True} if adaptive else {})
         )
         or None,
     )
     console.print(
         f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
     )
+    if out_.get("stopped"):
+        console.print(f"[yellow]stopped early[/yellow]: {esc(out_['stopped'])}")
     if out_["eval_before"]:
         keep = lambda r: {m: round(v, 4) for m, v in r.items() if isinstance(v, float)}  # noqa: E731
         console.print(

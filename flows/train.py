@@ -112,6 +112,16 @@ def train_flow(
     rang = [asdict(a) for a in alarms(done, held)]
     lines += ["", "## Reward-hacking alarms", ""]
     lines += [f"* **{a['name']}**: {a['message']}" for a in rang] or ["none rang"]
+    live = [h for h in done if "adaptive_pool" in h]
+    if live:  # adaptive difficulty: the pool in play, retired and backed off, as it moved
+        lines += ["", "## Adaptive difficulty", "",
+                  "| step | easy | medium | hard | retired | backed off | entropy (bits) |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"| {h['step']} | " + " | ".join(str(h["adaptive_pool"][b]) for b in ("easy", "medium", "hard"))
+            + f" | {h['adaptive_retired']} | {h['adaptive_backed_off']} | {h['adaptive_entropy_bits']:.2f} |"
+            for h in live[:: max(1, len(live) // 20)]
+        ]  # fmt: skip
     create_markdown_artifact(
         key="training", markdown="\n".join(lines), description=f"GRPO-TCR on {dataset}"
     )
@@ -120,6 +130,7 @@ def train_flow(
         "state": "Completed" if done else "Cached",  # a finished run resumed: nothing to do
         "steps": len(done),
         "last": done[-1] if done else None,
+        "stopped": next((h["stopped"] for h in history if "stopped" in h), None),
         "eval_before": before,
         "eval_after": after,
         "alarms": rang,

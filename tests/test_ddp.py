@@ -86,6 +86,8 @@ def test_two_gloo_processes_equal_one(tiny_model, tmp_path):
 
 
 def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
+    """Two ranks with adaptive difficulty: each tracks its half of the questions, the logged
+    pool is both halves, the checkpoint holds both samplers and a resumed run loads them."""
     import subprocess
     import sys
 
@@ -133,11 +135,30 @@ def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
         "2",
         "--rollout-backend",
         "transformers",
+        "--adaptive",
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2  # one logger (rank 0)
-    assert (out / "checkpoint-latest/trainer_state.pt").exists()
+    logged = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(logged) == 2  # one logger (rank 0)
+    for m in logged:  # both ranks' halves: every question in play, retired or backed off
+        in_play = sum(m["adaptive_pool"].values())
+        assert in_play + m["adaptive_retired"] + m["adaptive_backed_off"] == 8
+        assert sum(m["adaptive_drawn"].values()) <= 2 * 2  # prompts per step on each rank
+    state = torch.load(out / "checkpoint-latest/trainer_state.pt", weights_only=True)
+    samplers = [json.loads(s) for s in state["adaptive"]]
+    assert [s["question_ids"] for s in samplers] == [
+        [f"q{i}" for i in r] for r in ((0, 2, 4, 6), (1, 3, 5, 7))
+    ]
+    assert sum(sum(s["drawn"]) for s in samplers) == sum(
+        sum(m["adaptive_drawn"].values()) for m in logged
+    )
+    cmd[cmd.index("--steps") + 1] = "3"  # resume: each rank loads its own sampler
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    state = torch.load(out / "checkpoint-latest/trainer_state.pt", weights_only=True)
+    again = [json.loads(s) for s in state["adaptive"]]
+    assert sum(sum(s["drawn"]) for s in again) > sum(sum(s["drawn"]) for s in samplers)
 
 
 ONE_RANK_WITHOUT_SIGNAL = """

@@ -21,6 +21,12 @@ def main() -> None:
     ap.add_argument("--rollout-backend", default="auto", choices=list(ROLLOUT_BACKENDS))
     ap.add_argument("--max-turns", type=int, default=4, help="agent turns (tool calls) per episode")
     ap.add_argument("--tools", default="python", choices=list(TOOLS))
+    ap.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="adaptive difficulty: retire mastered questions, back off failing ones (each rank "
+        "tracks its share of the questions)",
+    )
     a = ap.parse_args()
     train(
         TrainConfig(
@@ -34,6 +40,7 @@ def main() -> None:
             max_tokens=a.max_tokens,
             rollout_backend=a.rollout_backend,
             agent=agent_config(a.dataset, a.max_turns, a.tools),
+            adaptive=a.adaptive,
         )
     )
 

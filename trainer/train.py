@@ -29,6 +29,7 @@ from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.rollout.engines import close as close_engine
 from pipeline.sandbox import Sandbox
 from pipeline.verify import Verdict, extract_answer
+from trainer.adaptive import AdaptiveConfig, AdaptiveSampler, merge_stats
 from trainer.checkpoint import (
     plot,
     rng_state,
@@ -127,6 +128,13 @@ class TrainConfig:
     judge_weight: float = 0.0
     refine: bool = False
     judge_max_tokens: int = 256
+    # adaptive difficulty (trainer/adaptive.py): each question's pass rate tracked over its last
+    # adaptive_window groups; all-correct ones retire, all-wrong ones back off for
+    # adaptive_backoff_steps (doubling); draws follow the dataset's pyramid. Off: the shuffled
+    # epoch stream
+    adaptive: bool = False
+    adaptive_window: int = 2
+    adaptive_backoff_steps: int = 2
 
     def __post_init__(self) -> None:
         """Every named option is checked here, so a typo fails before any model loads."""
@@ -536,7 +544,7 @@ def train(
             "is empty (its manifest says why: every labelled question was 0/K or K/K, or none "
             "had a verifiable ground truth)"
         )
-    stream = Prompts(rows, config.seed + 1_000_003 * rank)
+    stream = make_stream(rows, config, rank, world)
     start, ent_coef, beta = 0, config.ent_coef, config.beta
     if resume:
         state = torch.load(latest / "trainer_state.pt", weights_only=True)
@@ -544,6 +552,14 @@ def train(
         sched.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
+        if isinstance(stream, AdaptiveSampler):
+            saved = state.get("adaptive") or []
+            if len(saved) != world:
+                raise ValueError(
+                    f"{latest} holds the adaptive sampler of {len(saved)} rank(s), this run has "
+                    f"{world}: resume with as many processes, or start a new --out"
+                )
+            stream.load(saved[rank])
         beta = state.get("beta", beta)
         if rank == 0:
             truncate_metrics(out / "metrics.jsonl", start)
@@ -574,10 +590,22 @@ def train(
         if config.agent.max_turns > 1 and config.agent.sandbox_workers > 0
         else None
     )
+    reached = start
     try:
         for step in range(start, config.steps):
             t0 = time.perf_counter()
             eps_high = eps_high_at(config, step)
+            if isinstance(stream, AdaptiveSampler):
+                stream.begin(step)
+                if _global_sum(0 if stream.exhausted() else 1, world) == 0:
+                    stop = {"step": step + 1, "stopped": "adaptive: every question has retired "
+                            "(all-correct over its tracked groups); nothing is left to learn from"}  # fmt: skip
+                    history.append(stop)
+                    if rank == 0:
+                        with open(out / "metrics.jsonl", "a") as f:
+                            f.write(json.dumps(stop) + "\n")
+                    break
+            reached = step + 1  # the steps this run has gone through (for the checkpoint)
             # ---- rollouts (with dynamic sampling) ----------------------------------------------
             groups: list[tuple[dict, list[Episode], torch.Tensor, list[bool]]] = []
             zero_var = gen_batches = 0
@@ -590,6 +618,8 @@ def train(
                 config.max_gen_batches if config.dynamic_sampling else 1
             ):
                 qs = stream.take(config.prompts_per_step - len(groups))
+                if not qs:  # the adaptive sampler has nothing more in play this step
+                    break
                 eps = run_episodes(
                     engine,
                     tokenizer,
@@ -628,6 +658,8 @@ def train(
                         with_judge(rule, scores, config.judge_weight), dtype=torch.float32
                     )
                     acc = [correct(e, q) for e in ge]
+                    if isinstance(stream, AdaptiveSampler):  # the initial K: the policy's own
+                        stream.observe(q, sum(acc[:K]), K)
                     if judge is not None:
                         js["scored"] += sum(x is not None for x in scores)
                         js["failed"] += sum(v is not None and v.score is None for v in gv)
@@ -644,10 +676,18 @@ def train(
                             continue
                     groups.append((q, ge, r, acc))
             # every rank takes the same decision: skip only when no rank has a group
+            live = (
+                merge_stats(_gather(stream.stats(), world))
+                if isinstance(stream, AdaptiveSampler)
+                else {}
+            )
             if _global_sum(len(groups), world) == 0:
                 history.append(
-                    m := {"step": step + 1, "skipped": "all groups had zero reward variance"}
+                    m := {"step": step + 1, "skipped": "all groups had zero reward variance"} | live
                 )
+                if rank == 0:  # the log says why the step did not update
+                    with open(out / "metrics.jsonl", "a") as f:
+                        f.write(json.dumps(m) + "\n")
                 continue
             width = config.group_size * (2 if config.refine else 1)
             rewards = (
@@ -771,6 +811,7 @@ def train(
                 "lr": sched.get_last_lr()[0],
                 "step_time": dt,
                 "tokens_per_s": tokens / dt,  # all ranks
+                **live,  # adaptive difficulty: the live pyramid and entropy (all ranks)
             }
             if held_out and config.eval_every and (step + 1) % config.eval_every == 0 and rank == 0:
                 m |= keep_best(
@@ -795,16 +836,20 @@ def train(
                         writer.add_scalar(k, v, step + 1)
             if on_step:
                 on_step(m)
-            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0 and rank == 0:
-                _checkpoint(
-                    latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config, beta
-                )
+            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+                samplers = _sampler_states(stream, world)  # every rank's, gathered on all
+                if rank == 0:
+                    _checkpoint(
+                        latest, model, tokenizer, opt, sched, stream, step + 1, ent_coef, config,
+                        beta, samplers,
+                    )  # fmt: skip
     finally:
         if sandbox is not None:
             sandbox.close()
         # a colocated vLLM engine is shut down now: left to the garbage collector, its shutdown
         # can run while the next engine of the process starts and tear down that one's groups
         close_engine(engine)
+    samplers = _sampler_states(stream, world)
     if rank == 0:
         _checkpoint(
             latest,
@@ -813,10 +858,11 @@ def train(
             opt,
             sched,
             stream,
-            config.steps if history else start,
+            reached,
             ent_coef,
             config,
             beta,
+            samplers,
         )
         plot(out, CURVES)
     if world > 1:
@@ -831,6 +877,36 @@ def train(
         dist.barrier()
         dist.destroy_process_group()
     return history
+
+
+def make_stream(rows: list[dict], config: TrainConfig, rank: int, world: int):
+    """The prompt stream: the seeded epoch shuffle, or with ``config.adaptive`` the adaptive
+    sampler over this rank's share of the questions (the same seed on every rank)."""
+    if not config.adaptive:
+        return Prompts(rows, config.seed + 1_000_003 * rank)
+    mine = rows[rank::world]
+    if not mine:
+        raise ValueError(f"{len(rows)} RL prompts cannot give each of {world} ranks one")
+    adaptive = AdaptiveConfig.for_dataset(
+        config.dataset, window=config.adaptive_window, backoff_steps=config.adaptive_backoff_steps
+    )
+    return AdaptiveSampler(mine, adaptive, config.seed)
+
+
+def _gather(obj, world: int) -> list:
+    """``obj`` from every rank, in rank order ([obj] in one process)."""
+    if world == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def _sampler_states(stream, world: int) -> list[str] | None:
+    """Every rank's adaptive sampler state (a collective: all ranks call it), or None."""
+    return _gather(stream.state(), world) if isinstance(stream, AdaptiveSampler) else None
 
 
 def _no_rows() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -940,17 +1016,19 @@ def _checkpoint(
     tokenizer,
     opt,
     sched,
-    stream: Prompts,
+    stream: Prompts | AdaptiveSampler,
     step: int,
     ent_coef: float,
     config: TrainConfig,
     beta: float = 0.0,
+    samplers: list[str] | None = None,
 ) -> None:
     state = {
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
         "rng": rng_state(),
-        "cursor": stream.cursor,
+        "cursor": getattr(stream, "cursor", 0),
+        "adaptive": samplers,
         "step": step,
         "ent_coef": ent_coef,
         "beta": beta,

@@ -11,10 +11,14 @@ from pipeline.diversity.config import DiversityConfig
 
 def bits(values: list) -> float:
     """Shannon entropy (bits) of a list of labels."""
-    n = len(values)
-    if not n:
-        return 0.0
-    return max(0.0, -sum(c / n * math.log2(c / n) for c in Counter(values).values()))
+    return bits_of_counts(Counter(values).values())
+
+
+def bits_of_counts(counts) -> float:
+    """Shannon entropy (bits) of a distribution given as counts (zeros allowed)."""
+    counts = [c for c in counts if c > 0]
+    n = sum(counts)
+    return max(0.0, -sum(c / n * math.log2(c / n) for c in counts)) if n else 0.0
 
 
 def profile(rows: list[dict], config: DiversityConfig) -> dict:

@@ -1,20 +1,24 @@
 """Reagent-R's λ sweep: GRPO-TCR from one SFT policy with R = R_rule + λ·judge score, for each λ,
 in one run; held-out avg@k of each trained policy against λ = 0 (the rule reward alone).
 
-    python bench/judge_lambda.py [--lambdas 0,0.1,0.3,1,3] [--steps 30] [--judge MODEL|URL]
+    python bench/judge_lambda.py [--lambdas 0,0.1,0.3,1,3] [--steps 30] [--judge MODEL|URL] [--judge-noise P]
 
 The policy is the nano policy (SFT from scratch on sandboxed solver trajectories, trained here).
 Without ``--judge``, the judge is a process judge written as a script (no model that fits this
 machine can judge): it reads the judge prompt the project renders and scores 1.0 when the agent
 ran python and boxed the number the tool printed, 0.5 when it ran python but answered
 otherwise, 0.0 when it never ran it, with a critique saying which. With ``--judge`` a real
-reasoning reward model judges (a model folder or an OpenAI-compatible URL).
+reasoning reward model judges (a model folder or an OpenAI-compatible URL). ``--judge-noise p``
+replaces the process judge's score by a uniform draw with probability p (seeded by the prompt):
+a judge that is partly or wholly noise, the case where the paper sees large λ hurt.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import random
 import re
 import sys
 import tempfile
@@ -49,6 +53,20 @@ def process_judge(prompt: str, turn: int) -> str:
     return "<think>no tool</think><critique>Run the product in python.</critique><score>0.0</score>"
 
 
+def noisy(judge, p: float):
+    """``judge``'s verdicts, each replaced by a uniform score with probability ``p``."""
+    if not p:
+        return judge
+
+    def script(prompt: str, turn: int) -> str:
+        rng = random.Random(hashlib.sha256(prompt.encode()).digest())
+        if rng.random() >= p:
+            return judge(prompt, turn)
+        return f"<think>-</think><critique>-</critique><score>{rng.random():.3f}</score>"
+
+    return script
+
+
 def questions(n: int, seed: int) -> list[dict]:
     from pipeline.nano import tasks
 
@@ -72,6 +90,12 @@ def main() -> None:
         "--policy", help="an SFT policy folder (default: the nano policy, trained here)"
     )
     ap.add_argument("--judge", help="a judge model folder or URL (default: the process judge)")
+    ap.add_argument(
+        "--judge-noise",
+        type=float,
+        default=0.0,
+        help="share of the process judge's scores drawn at random",
+    )
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -95,7 +119,11 @@ def main() -> None:
         Judge(JudgeConfig(args.judge, max_tokens=256))
         if args.judge
         else Judge(
-            JudgeConfig("process-judge"), engine=ScriptedEngine(tok, process_judge), tokenizer=tok
+            JudgeConfig(
+                "process-judge" + (f"-noise{args.judge_noise:g}" if args.judge_noise else "")
+            ),
+            engine=ScriptedEngine(tok, noisy(process_judge, args.judge_noise)),
+            tokenizer=tok,
         )
     )
     held, pool = questions(args.held_out, 99), questions(400, 7)

@@ -176,6 +176,13 @@ def test_grpo_tcr_retires_what_the_nano_policy_masters_and_resumes_its_sampler(n
     assert hist[0]["adaptive_entropy_bits"] == 1.0  # 4 + 4 in play: nothing tracked twice yet
     logged = [json.loads(x) for x in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
     assert [m["adaptive_pool"] for m in logged] == [h["adaptive_pool"] for h in hist]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tb = EventAccumulator(str(tmp_path / "straight/tb"))
+    tb.Reload()  # the live pyramid as one curve per bin, beside the entropy
+    assert {"adaptive_pyramid/easy", "adaptive_pool/hard", "adaptive_entropy_bits"} <= set(
+        tb.Tags()["scalars"]
+    )
 
     first, d1 = _adaptive_run(policy, tmp_path / "resumed", 3)
     second, d2 = _adaptive_run(policy, tmp_path / "resumed", 6)  # from checkpoint-latest

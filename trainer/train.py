@@ -834,6 +834,10 @@ def train(
                 for k, v in m.items():
                     if isinstance(v, float):
                         writer.add_scalar(k, v, step + 1)
+                    elif isinstance(v, dict):  # e.g. the live pyramid: one curve per bin
+                        for kk, vv in v.items():
+                            if isinstance(vv, int | float) and not isinstance(vv, bool):
+                                writer.add_scalar(f"{k}/{kk}", vv, step + 1)
             if on_step:
                 on_step(m)
             if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:

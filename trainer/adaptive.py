@@ -25,7 +25,7 @@ its share of the questions (``rows[rank::world]``).
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,7 +74,7 @@ class AdaptiveSampler:
         self.rows, self.config = rows, config
         self.select = SelectConfig(hard_max=config.hard_max, easy_min=config.easy_min)
         n = len(rows)
-        self.rank = np.random.default_rng(seed).permutation(n)  # seeded tie-break
+        self.tiebreak = np.random.default_rng(seed).permutation(n)  # a seeded rank
         self.index = {id(r): i for i, r in enumerate(rows)}
         self.history: list[list[float]] = [
             [float(r["pass_rate"])] if r.get("pass_rate") is not None else [] for r in rows
@@ -115,12 +115,12 @@ class AdaptiveSampler:
         taken = set(self.this_step)
         fresh = [i for i in range(len(self.rows)) if not self.retired[i] and i not in taken]
         ready = [i for i in fresh if self.resume_at[i] <= self.step]
-        queues: dict[str, list[int]] = {b: [] for b in BINS}
-        for i in sorted(ready, key=lambda i: (self.drawn[i], self.rank[i])):
+        queues: dict[str, deque[int]] = {b: deque() for b in BINS}
+        for i in sorted(ready, key=lambda i: (self.drawn[i], self.tiebreak[i])):
             queues[self.bin_of(i)].append(i)
         # none in play this step: the soonest backed-off questions rather than an empty step
         waiting = (
-            sorted(fresh, key=lambda i: (self.resume_at[i], self.drawn[i], self.rank[i]))
+            sorted(fresh, key=lambda i: (self.resume_at[i], self.drawn[i], self.tiebreak[i]))
             if not ready and not taken
             else []
         )
@@ -135,7 +135,7 @@ class AdaptiveSampler:
                     open_bins,
                     key=lambda b: (share[b] / total * picks - self.drawn_bins[b], -BINS.index(b)),
                 )
-                i = queues[b].pop(0)
+                i = queues[b].popleft()
             elif waiting:
                 i = waiting.pop(0)
                 self.fell_back = True

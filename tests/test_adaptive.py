@@ -36,6 +36,7 @@ def test_a_question_retires_once_its_tracked_pass_rate_reaches_one():
     solved = lambda q: 8 if q == "q0" else 4  # noqa: E731
     assert "q0" in _step(s, 0, 3, solved)
     assert s.tracked(0) == pytest.approx(0.75)  # the label (0.5) and one all-correct group
+    assert s.bin_of(0) == "easy" and s.stats()["drawn"] == {"medium": 3}  # bins when drawn
     assert s.stats()["retired"] == 0
     _step(s, 1, 3, solved)
     assert s.tracked(0) == 1.0 and s.retired[0] and s.stats()["retired_now"] == ["q0"]

@@ -86,6 +86,7 @@ class AdaptiveSampler:
         self.drawn_bins = dict.fromkeys(BINS, 0)
         self.step = 0
         self.this_step: list[int] = []
+        self.drawn_as: list[str] = []  # the bin of each question of this step when drawn
         self.retired_now: list[str] = []
         self.backed_off_now: list[str] = []
         self.fell_back = False  # this step drew backed-off questions (none was in play)
@@ -105,7 +106,7 @@ class AdaptiveSampler:
 
     # ---- the stream ------------------------------------------------------------------------
     def begin(self, step: int) -> None:
-        self.step, self.this_step = step, []
+        self.step, self.this_step, self.drawn_as = step, [], []
         self.retired_now, self.backed_off_now = [], []
         self.fell_back = False
 
@@ -144,6 +145,7 @@ class AdaptiveSampler:
                 break
             self.drawn_bins[b] += 1
             self.drawn[i] += 1
+            self.drawn_as.append(b)
             out.append(i)
         self.this_step += out
         return [self.rows[i] for i in out]
@@ -175,7 +177,7 @@ class AdaptiveSampler:
         dims = self.config.dimensions
         return {
             "pool": Counter(self.bin_of(i) for i in play),
-            "drawn": Counter(self.bin_of(i) for i in self.this_step),
+            "drawn": Counter(self.drawn_as),
             "retired": sum(self.retired),
             "backed_off": sum(1 for i in range(len(self.rows)) if not self.retired[i]) - len(play),
             "features": Counter(tuple(self.rows[i].get(d) for d in dims) for i in play),

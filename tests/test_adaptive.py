@@ -192,3 +192,32 @@ def test_grpo_tcr_retires_what_the_nano_policy_masters_and_resumes_its_sampler(n
     assert [{k: h.get(k) for k in keys} for h in first + second] == [
         {k: h.get(k) for k in keys} for h in hist
     ]
+
+
+def test_on_a_dataset_built_from_the_shared_data_the_sampler_starts_from_the_builds_bins(
+    shared_dataset,
+):
+    """A dataset built with its own bins and pyramid: the sampler reads them from the manifest,
+    and every real RL row starts in the bin the build put it in (its labelled pass rate)."""
+    import pyarrow.dataset as pads
+
+    from pipeline.build import BuildConfig, build
+    from pipeline.select import SelectConfig
+
+    lake, _ = shared_dataset
+    own = SelectConfig(targets=(0.2, 0.5, 0.3), hard_max=0.25, easy_min=0.75)
+    manifest = build(lake, BuildConfig(name="adaptive", label_source="recorded", select=own))
+    cfg = AdaptiveConfig.for_dataset(manifest["path"], window=3)
+    assert (cfg.targets, cfg.hard_max, cfg.easy_min, cfg.window) == (
+        (0.2, 0.5, 0.3),
+        0.25,
+        0.75,
+        3,
+    )
+    rows = pads.dataset(f"{manifest['path']}/rl", format="parquet").to_table().to_pylist()
+    s = AdaptiveSampler(rows, cfg, seed=0)
+    assert len(rows) > 100 and [s.bin_of(i) for i in range(len(rows))] == [
+        r["difficulty"] for r in rows
+    ]
+    pool = merge_stats([s.stats()])["adaptive_pool"]
+    assert {b: n for b, n in pool.items() if n} == Counter(r["difficulty"] for r in rows)

@@ -13,12 +13,11 @@ polished by a 1-swap local search (move a pick to another cell of its bin while 
 raises the objective). Above ``ROUNDS`` picks it runs ``ROUNDS`` rounds of ``ceil(k / ROUNDS)``
 picks, each round water-filling its picks into the cheapest cells in cost order (the costs of
 one round are those at its start: a round moves every count by a fraction of a percent). The
-bins are filled in turn (the least-filled
-first), so every bin's picks see the counts of the whole dataset. Ties break by a seeded rank
-of the cells; inside a cell the questions are a seeded shuffle. The sum of marginals (rather
-than the joint) is the target because the joint over eight dimensions is mostly unique tuples
-on real supplies: maximising it is a draw of distinct tuples, which says nothing about any one
-dimension.
+bins are filled in turn (the least-filled first), so every bin's picks see the counts of the
+whole dataset. Ties break by a seeded rank of the cells; inside a cell the questions are a
+seeded shuffle. The sum of marginals (rather than the joint) is the target because the joint
+over eight dimensions is mostly unique tuples on real supplies: maximising it is a draw of
+distinct tuples, which says nothing about any one dimension.
 """
 
 from __future__ import annotations

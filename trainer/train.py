@@ -551,7 +551,7 @@ def train(
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
-        stream.cursor, start, ent_coef = state["cursor"], state["step"], state["ent_coef"]
+        start, ent_coef = state["step"], state["ent_coef"]
         if isinstance(stream, AdaptiveSampler):
             saved = state.get("adaptive") or []
             if len(saved) != world:
@@ -560,6 +560,8 @@ def train(
                     f"{world}: resume with as many processes, or start a new --out"
                 )
             stream.load(saved[rank])
+        else:
+            stream.cursor = state["cursor"]
         beta = state.get("beta", beta)
         if rank == 0:
             truncate_metrics(out / "metrics.jsonl", start)

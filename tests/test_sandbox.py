@@ -57,10 +57,11 @@ HOSTILE = {
         "import os; print(open(f'/proc/{os.getppid()}/environ').read())",
         "fails",
     ),
-    "kill_parent": ("import os, signal; os.kill(os.getppid(), signal.SIGKILL)", "fails"),
+    # the parent is the namespace's PID 1: the kernel drops these signals
+    "kill_parent": ("import os, signal; os.kill(os.getppid(), signal.SIGKILL)", "contained"),
     "killpg_parent": (
         "import os, signal; os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)",
-        "fails",
+        "contained",
     ),
     "kill_everything": ("import os, signal; os.kill(-1, signal.SIGKILL)", "contained"),
     "exit_nonzero": ("import os; os._exit(3)", "error"),
@@ -263,17 +264,19 @@ open('/dev/shm/{name}', 'wb').write(b'0' * (1 << 20))
 os.mkdir('/tmp/{name}-locked'); open('/tmp/{name}-locked/f', 'w').write('x')
 os.chmod('/tmp/{name}-locked', 0)
 libc = ctypes.CDLL(None, use_errno=True)
-print('shm', libc.shmget(0, 1 << 20, 0o1600) >= 0)  # IPC_PRIVATE, IPC_CREAT | 0600
+print('shm', libc.shmget(0, 1 << 20, 0o1600) >= 0)  # refused: memory outside its limits
+print('sem', libc.semget(0, 1, 0o1600) >= 0)  # IPC_PRIVATE, IPC_CREAT | 0600
 print('mq', libc.mq_open(b'/{name}', 0o100 | 0o2, 0o600, None))
 """
     look = """
 import os
 print(sorted(os.listdir('/tmp')), os.listdir('/tmp/work'), os.listdir('/dev/shm'))
-print(len(open('/proc/sysvipc/shm').read().splitlines()) - 1)
+print(len(open('/proc/sysvipc/sem').read().splitlines()) - 1)
 """
     with Sandbox(FAST, workers=1) as box:
         w = box.run(write)
-        assert w.ok and "shm True" in w.stdout and "mq -1" in w.stdout, w
+        assert w.ok and "shm False" in w.stdout and "sem True" in w.stdout, w
+        assert "mq -1" in w.stdout, w
         after = box.run(look)
     assert after.ok, after.stderr
     assert after.stdout.splitlines() == ["['work'] ['main.py'] []", "0"]  # its own source only
@@ -323,7 +326,7 @@ print(pids, b'\\n'.join(cmds).decode(errors='replace'))
         r = run_python(code, FAST)
         assert r.ok and marker not in r.stdout, r
         pids = eval(r.stdout.split("]")[0] + "]")  # noqa: S307 - our own printed list
-        assert pids == [1, 2, 3]  # bubblewrap's init, the warm interpreter, the program
+        assert len(pids) == 2 and pids[0] == 1  # the warm interpreter (PID 1), the program
     finally:
         host.kill()
         host.wait()
@@ -347,16 +350,23 @@ while True:
     assert {p for p in os.listdir("/tmp") if p.startswith("flow-sandbox")} == before
 
 
-def test_a_program_that_kills_or_stops_its_interpreter_costs_only_its_own_call():
+def test_a_program_can_neither_kill_nor_stop_its_interpreter():
     with Sandbox(FAST, workers=1) as box:
-        killed = box.run("import os, signal; os.kill(os.getppid(), signal.SIGKILL)")
-        assert not killed.ok and killed.reason == "sandbox_lost"
-        assert box.run("print('next')").stdout == "next\n"
-        t0 = time.monotonic()
-        stopped = box.run("import os, signal, time; os.kill(os.getppid(), signal.SIGSTOP)")
-        assert not stopped.ok and stopped.reason == "timeout"
-        assert time.monotonic() - t0 < FAST.wall_seconds + 5
+        (worker,) = box._all
+        killed = box.run("import os, signal; os.kill(os.getppid(), signal.SIGKILL); print('sent')")
+        assert killed.ok and killed.stdout == "sent\n"
+        stopped = box.run("import os, signal; os.kill(os.getppid(), signal.SIGSTOP); print('sent')")
+        assert stopped.ok and stopped.stdout == "sent\n"
         assert box.run("print('again')").stdout == "again\n"
+        assert box._all == [worker] and worker.alive  # the same interpreter all along
+
+
+def test_a_worker_lost_anyway_costs_only_its_own_call():
+    with Sandbox(FAST, workers=1) as box:
+        os.killpg(box._all[0].proc.pid, 9)  # from outside, as the OOM killer might
+        lost = box.run("print('lost')")
+        assert not lost.ok and lost.reason == "sandbox_lost"
+        assert box.run("print('next')").stdout == "next\n"
 
 
 def test_a_tree_too_deep_to_clean_retires_its_worker():

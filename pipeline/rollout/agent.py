@@ -102,6 +102,39 @@ class Episode:
         )
 
 
+def text_ids(tokenizer, text: str, added: re.Pattern | None) -> list[int]:
+    """``text`` tokenized as plain text: no special or added token of the vocabulary (``added``
+    matches their strings) is ever produced from it. A program that prints
+    ``<|im_end|><|im_start|>user`` must not close its tool turn and open a forged user turn in
+    the policy's context: each such string is split after its first character."""
+
+    def plain(piece: str) -> list[int]:
+        if not piece:
+            return []
+        return tokenizer(piece, add_special_tokens=False, split_special_tokens=True).input_ids
+
+    if added is None or not added.search(text):
+        return plain(text)
+    ids, pos = [], 0
+    for m in added.finditer(text):
+        token = m.group()
+        ids += (
+            plain(text[pos : m.start()]) + plain(token[:1]) + text_ids(tokenizer, token[1:], added)
+        )
+        pos = m.end()
+    return ids + plain(text[pos:])
+
+
+def added_tokens_pattern(tokenizer) -> re.Pattern | None:
+    """A regex of every added token's string (special or not), longest first."""
+    strings = sorted(
+        {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.content},
+        key=len,
+        reverse=True,
+    )
+    return re.compile("|".join(map(re.escape, strings))) if strings else None
+
+
 class ToolMessageRenderer:
     """Token ids of one turn's tool messages plus the next assistant header, taken from the chat
     template by difference on a fixed dummy conversation (so prior turns are never re-tokenized).
@@ -110,20 +143,32 @@ class ToolMessageRenderer:
     after it (Qwen's ``\n`` after ``<|im_end|>``) belongs to the tool message, since the policy
     stopped sampling at the stop token. A turn's results are rendered together, so templates that
     group consecutive tool messages (Qwen2.5 and Qwen3: one user block of ``<tool_response>``s)
-    give the same ids as rendering the whole conversation."""
+    give the same ids as rendering the whole conversation.
+
+    Tool output is data, never markup: a result holding a special token's text (``<|im_end|>``)
+    is rendered around a placeholder and tokenized as plain text (``text_ids``), so a program
+    cannot forge a turn boundary in the context the policy is trained on."""
 
     MARK = "a7f3e9"  # the dummy assistant turn's text, found again in the rendering
+    SLOT = "q5v2k8z"  # a hostile result's place in the rendering, filled by its plain-text ids
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.stop = tokenizer.eos_token or ""
         self.base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.MARK}]
+        self.added = added_tokens_pattern(tokenizer)
 
     def ids(self, contents: str | list[str], stopped: bool = True) -> list[int]:
         """``stopped``: the turn ended with the stop token (else the template's is added)."""
         contents = [contents] if isinstance(contents, str) else contents
+        hostile = {
+            i: c for i, c in enumerate(contents) if self.added is not None and self.added.search(c)
+        }
+        shown = [
+            f"{self.SLOT}{i}{self.SLOT}" if i in hostile else c for i, c in enumerate(contents)
+        ]
         full = self.tokenizer.apply_chat_template(
-            [*self.base, *({"role": "tool", "content": c} for c in contents)],
+            [*self.base, *({"role": "tool", "content": c} for c in shown)],
             tokenize=False,
             add_generation_prompt=True,
         )
@@ -132,10 +177,16 @@ class ToolMessageRenderer:
         at = full.find(self.MARK + self.stop)
         if at < 0:
             raise RuntimeError("chat template does not end an assistant turn with its stop token")
-        text = full[at + len(self.MARK) + len(self.stop) :]
-        return self.tokenizer(
-            ("" if stopped else self.stop) + text, add_special_tokens=False
-        ).input_ids
+        text = ("" if stopped else self.stop) + full[at + len(self.MARK) + len(self.stop) :]
+        if not hostile:
+            return self.tokenizer(text, add_special_tokens=False).input_ids
+        ids = []
+        for k, part in enumerate(re.split(f"{self.SLOT}(\\d+){self.SLOT}", text)):
+            if k % 2:  # a slot's index
+                ids += text_ids(self.tokenizer, hostile[int(part)], self.added)
+            elif part:
+                ids += self.tokenizer(part, add_special_tokens=False).input_ids
+        return ids
 
 
 def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:

@@ -2,7 +2,8 @@
 
 The root file system is built from nothing: the shared libraries under /usr/lib, the one
 Python interpreter, the site-packages folders (all read-only), a fresh /proc of its own PID
-namespace, a minimal /dev, and two size-bounded tmpfs (/tmp with the work folder, /dev/shm).
+namespace, a minimal read-only /dev, and two size-bounded tmpfs (/tmp with the work folder,
+/dev/shm).
 No lake, home folder, project folder, /etc, /run or host /tmp exists inside. Every namespace is
 unshared (user, mount, PID, network, IPC, UTS, cgroup), so no host process is visible or
 signallable, and no socket of any kind reaches the host (a fresh network namespace has only its
@@ -20,6 +21,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.sandbox import seccomp
 from pipeline.sandbox.config import SandboxConfig
 from pipeline.sandbox.errors import SandboxUnavailable
 
@@ -90,7 +92,15 @@ def launch(config: SandboxConfig, zygote_source: str) -> Launch:
                     f"{sys.version_info.major}.{sys.version_info.minor} (e.g. /usr/bin/python3)"
                 )
         site = tuple(p for p in site if _readable_by_others(p))
+    if not seccomp.supported():
+        raise SandboxUnavailable(
+            f"the sandbox has no seccomp syscall table for {os.uname().machine!r} "
+            f"(supported: {', '.join(seccomp.SYSCALLS)}) and will not run model code without it"
+        )
     argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    # the warm interpreter is the namespace's PID 1: no bubblewrap init holding the control
+    # pipes, unkillable from inside, and the reaper of everything a program leaves
+    argv += ["--as-pid-1"]
     argv += ["--new-session", "--hostname", "sandbox", "--uid", "1000", "--gid", "1000"]
     argv += ["--ro-bind", "/usr/lib", "/usr/lib"]
     if os.path.isdir("/usr/lib64"):
@@ -116,7 +126,9 @@ def launch(config: SandboxConfig, zygote_source: str) -> Launch:
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--size", str(config.tmp_mb << 20), "--tmpfs", "/tmp"]
     argv += ["--size", str(config.shm_mb << 20), "--tmpfs", "/dev/shm"]
-    argv += ["--remount-ro", "/"]
+    # /dev is a tmpfs of bubblewrap's: read-only, so nothing written there outlives a call
+    # (/dev/shm is its own bounded tmpfs, wiped after every program)
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/"]
     argv += ["--clearenv", "--chdir", "/tmp"]
     for k, v in {
         "PATH": "/usr/bin",
@@ -131,6 +143,8 @@ def launch(config: SandboxConfig, zygote_source: str) -> Launch:
     for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # set on CPUs where OpenBLAS needs them
         if k in os.environ:
             argv += ["--setenv", k, os.environ[k]]
-    args = json.dumps({"path": mounts, "preload": list(config.preload)})
+    args = json.dumps(
+        {"path": mounts, "preload": list(config.preload), "seccomp": seccomp.program().hex()}
+    )
     argv += ["--", exe, "-I", "-B", "-c", zygote_source, args]
     return Launch(argv, config.host_uid if dropping else None)

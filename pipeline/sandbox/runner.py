@@ -63,7 +63,7 @@ def _spawn(argv: list[str], host_uid: int | None) -> subprocess.Popen:
 def _limits(config: SandboxConfig) -> dict:
     keys = ("wall_seconds", "cpu_seconds", "memory_mb", "file_mb", "max_processes")
     limits = {k: getattr(config, k) for k in keys}
-    limits["max_processes"] += 2  # bubblewrap's init and the warm interpreter share the uid
+    limits["max_processes"] += 1  # the warm interpreter (PID 1) shares the program's uid
     limits.update(
         max_open_files=config.max_open_files,
         max_output_chars=config.max_output_chars,
@@ -110,6 +110,13 @@ class _Worker:
             err = self.proc.stderr.read(4000).decode("utf-8", "replace").strip()
             raise SandboxUnavailable(
                 f"bubblewrap could not start the sandbox ({err or 'no message'}): {INSTALL_HINT}"
+            )
+        if ready.get("seccomp_error") or ready.get("pid") != 1:
+            self.kill()
+            why = ready.get("seccomp_error") or f"the interpreter is PID {ready.get('pid')}, not 1"
+            raise SandboxUnavailable(
+                f"the sandbox cannot hold programs to their limits ({why}); it needs a kernel "
+                f"with seccomp filters and bubblewrap >= 0.3 (--as-pid-1): {INSTALL_HINT}"
             )
         self.preload_failures: dict[str, str] = ready["failed"]
 

@@ -7,7 +7,6 @@ with limits counted over the whole program."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest

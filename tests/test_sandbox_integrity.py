@@ -52,11 +52,10 @@ for fd in range(0, 8):
     print('fd', fd, got, ctypes.get_errno())
     if got >= 0:
         import json, struct
-        data = json.dumps({'id': 'x', 'exit_code': 0, 'reason': None, 'stdout': '%s',
+        data = json.dumps({'id': 'x', 'exit_code': 0, 'reason': None, 'stdout': 'FORGED_TEXT',
                            'stderr': '', 'truncated': False, 'seconds': 0}).encode()
         os.write(got, struct.pack('>I', len(data)) + data)
-"""
-    % FORGED,
+""".replace("FORGED_TEXT", FORGED),
     "process_vm": """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)

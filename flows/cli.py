@@ -74,12 +74,13 @@ def print_rows(
             + "\n"
         )
         return
-    if fmt == "csv":
+    if fmt == "csv":  # on the terminal: control characters shown, never sent (--out keeps them)
         if rows:
-            w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]))
+            names = {k: clean(k) for k in rows[0]}
+            w = csv.DictWriter(sys.stdout, fieldnames=list(names.values()), lineterminator="\n")
             w.writeheader()
             for r in rows:
-                w.writerow({k: _cell(v) for k, v in r.items()})
+                w.writerow({names[k]: clean(_cell(v)) for k, v in r.items()})
         return
     # cells are Text, never markup ([/asy] in a MATH problem is text), control characters shown
     table = Table(title=esc(title) if title else None, show_lines=False)
@@ -1030,12 +1031,20 @@ def query(
     limit: Annotated[
         int, typer.Option(help="Rows shown on the terminal (0: all); --out writes all.")
     ] = 1000,
-    memory_limit: Annotated[str, typer.Option(help="DuckDB memory_limit.")] = "2GB",
+    memory_limit: Annotated[
+        str,
+        typer.Option(
+            help="DuckDB memory_limit; the query's process is killed past it plus 512 MB."
+        ),
+    ] = "2GB",
     threads: Annotated[int, typer.Option(help="DuckDB threads.")] = 2,
-    timeout: Annotated[float, typer.Option(help="Seconds before the query is interrupted.")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds before the query is stopped (its process killed).")
+    ] = 60.0,
 ) -> None:
     """Run read-only SQL over the lake with DuckDB."""
-    from pipeline.query import QueryConfig, QueryError, stream
+    from pipeline.query import QueryConfig, QueryError
+    from pipeline.query_process import bounded_stream
 
     if format not in ("table", "csv", "json", "parquet"):
         raise typer.BadParameter("use table, csv, json or parquet", param_hint="--format")
@@ -1043,7 +1052,7 @@ def query(
         raise typer.BadParameter("parquet output needs --out FILE", param_hint="--format")
     config = QueryConfig(memory_limit=memory_limit, threads=threads, timeout_seconds=timeout)
     try:
-        batches = stream(Lake(lake), sql, config)
+        batches = bounded_stream(Lake(lake), sql, config)
         if out:
             n = _write_result(batches, out, format)
             err.print(f"{n} row(s) written to {esc(out)}")

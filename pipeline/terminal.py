@@ -12,8 +12,11 @@ import re
 
 from rich.markup import escape
 
-# C0 controls but tab and newline, DEL, C1 controls, bidi embeddings/overrides/isolates
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but tab and newline, DEL, C1 controls, bidi marks (ALM, LRM, RLM), line and
+# paragraph separators, bidi embeddings/overrides/isolates
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def _visible(m: re.Match) -> str:

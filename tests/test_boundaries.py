@@ -133,6 +133,23 @@ def test_memory_threads_and_time_are_bounded(tmp_path):
         query(lake, "SELECT list(range) FROM range(100000000)", mem)
 
 
+def test_string_functions_cannot_pass_the_memory_bound(tmp_path):
+    """DuckDB's memory_limit does not cover a 1 GB string; the query's process is bounded."""
+    sql = "SELECT length(repeat('x', 1000000000)) n"
+    args = ["query", sql, "--lake", str(tmp_path / "lake"), "--memory-limit", "300MB"]
+    res = runner.invoke(app, [*args, "--timeout", "120"])
+    assert res.exit_code == 2, res.output
+    assert "1000000000" not in res.output and "memory" in res.output, res.output
+
+
+def test_string_functions_cannot_pass_the_time_bound(tmp_path):
+    sql = "SELECT length(repeat('x', 400000000)) n"  # ~10 s of work that ignores interrupts
+    args = ["query", sql, "--lake", str(tmp_path / "lake"), "--memory-limit", "4GB"]
+    res = runner.invoke(app, [*args, "--timeout", "0.5"])
+    assert res.exit_code == 2, res.output
+    assert "400000000" not in res.output and "time limit of 0.5 s" in res.output, res.output
+
+
 def test_cli_caps_the_rows_it_shows_and_writes_all_to_a_file(tmp_path):
     lake = str(tmp_path / "lake")
     res = runner.invoke(
@@ -193,6 +210,27 @@ def test_cells_are_text_not_markup_or_terminal_codes(tmp_path):
     assert "[/asy]" in res.output and "[link=http://evil]x[/link]" in res.output
     assert "\x1b" not in res.output and "\x07" not in res.output
     assert "\\x1b" in res.output and "\\x07" in res.output
+
+
+def test_csv_on_the_terminal_carries_no_control_codes_and_ends_lines_with_lf(tmp_path):
+    sql = (
+        "SELECT 'a' || chr(27) || '[2J' || chr(7) AS \"col\x1b]0;x\x07\", "
+        "'right' || chr(8207) || 'left' || chr(1564) AS b"
+    )
+    res = runner.invoke(app, ["query", sql, "--lake", str(tmp_path / "lake"), "-f", "csv"])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "\x1b" not in out and "\x07" not in out and "\u200f" not in out and "\u061c" not in out
+    assert "\\x1b[2J" in out and "\\u200f" in out and "\\u061c" in out
+    assert "\r\n" not in out and out.count("\n") == 2
+
+
+def test_bidi_marks_are_shown_not_obeyed_in_tables(tmp_path):
+    sql = "SELECT 'abc' || chr(8207) || chr(1564) || chr(8206) || 'def' AS q"
+    res = runner.invoke(app, ["query", sql, "--lake", str(tmp_path / "lake")])
+    assert res.exit_code == 0, res.output
+    assert not {"\u200f", "\u061c", "\u200e"} & set(res.output)
+    assert "\\u200f\\u061c\\u200e" in res.output
 
 
 def test_math500_questions_with_asy_markup_print(shared, tmp_path):

@@ -6,6 +6,7 @@ import csv
 import os
 import signal
 import sys
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -105,6 +106,7 @@ def _run_ingest(
     fmt: str | None,
     force: bool,
     eval_sets: list[str] | None = None,
+    caps: dict | None = None,
 ) -> dict:
     from flows.ingest import ingest_flow
     from flows.progress import set_hook
@@ -133,7 +135,13 @@ def _run_ingest(
     try:
         with progress:
             return ingest_flow(
-                paths=paths, lake=lake, source=source, format=fmt, force=force, eval_sets=eval_sets
+                paths=paths,
+                lake=lake,
+                source=source,
+                format=fmt,
+                force=force,
+                eval_sets=eval_sets,
+                **(caps or {}),
             )
     finally:
         set_hook(None)
@@ -190,6 +198,26 @@ def _print_ingest(result: dict) -> None:
         f"files: "
         + ", ".join(f"{k[6:]} {v}" for k, v in sorted(t.items()) if k.startswith("files_"))
     )
+    skipped = result.get("skipped") or []
+    if skipped:
+        kinds = Counter(_kind(p) for p in skipped)
+        shown = ", ".join(esc(Path(p).name) for p in skipped[:5]) + (
+            " …" if len(skipped) > 5 else ""
+        )
+        console.print(
+            f"[yellow]{len(skipped)} file(s) skipped, not of a kind ingest reads[/yellow] "
+            f"({esc(', '.join(f'{k} {v}' for k, v in sorted(kinds.items())))}): {shown}. "
+            "Readable: .jsonl .ndjson .json .traj .parquet, optionally .gz .zst .bz2 .xz; "
+            "unpack archives (.tar.gz, .zip) first."
+        )
+
+
+def _kind(path: str) -> str:
+    name = Path(path).name.lower()
+    for suffix in (".tar.gz", ".tgz", ".tar.zst", ".tar", ".zip", ".7z", ".rar"):
+        if name.endswith(suffix):
+            return f"{suffix} archive"
+    return Path(name).suffix or "no suffix"
 
 
 @app.command()
@@ -212,6 +240,14 @@ def ingest(
             "the lake: dedup keeps it and its near-duplicates out of training. Repeatable.",
         ),
     ] = None,
+    max_records_per_file: Annotated[
+        int | None,
+        typer.Option(help="Stop reading a file after this many records (the rest: one row)."),
+    ] = None,
+    max_seconds_per_file: Annotated[
+        float | None,
+        typer.Option(help="Stop reading a file after this many seconds (the rest: one row)."),
+    ] = None,
 ) -> None:
     """Ingest trace files into the lake: canonical rows, quarantine, ingest log."""
     if format:
@@ -222,7 +258,9 @@ def ingest(
         except KeyError as e:
             raise typer.BadParameter(str(e.args[0]), param_hint="--format") from None
     try:
-        result = _run_ingest(paths, resolve_root(lake), source, format, force, eval_set)
+        caps = {"max_records_per_file": max_records_per_file}
+        caps["max_seconds_per_file"] = max_seconds_per_file
+        result = _run_ingest(paths, resolve_root(lake), source, format, force, eval_set, caps)
     except (FileNotFoundError, ValueError) as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None

@@ -20,9 +20,11 @@ from pipeline.ingest.stage import (
     FileReport,
     IngestConfig,
     Registry,
-    discover,
+    discover_files,
     file_sha256,
     ingest_file,
+    safe_text,
+    skipped_files,
 )
 from pipeline.lake import Lake
 
@@ -40,8 +42,11 @@ def partitions(files: list, max_files: int = 32, max_bytes: int = 256 << 20) -> 
 
     groups: list[list[int]] = [[]]
     size = 0
-    for i, (path, _) in enumerate(files):
-        n = fsspec.core.url_to_fs(path)[0].size(path) or 0
+    for i, (path, *_) in enumerate(files):
+        try:
+            n = fsspec.core.url_to_fs(path)[0].size(path) or 0
+        except OSError:  # unreadable: ingest_file records why
+            n = 0
         if groups[-1] and (len(groups[-1]) >= max_files or size + n > max_bytes):
             groups.append([])
             size = 0
@@ -51,13 +56,14 @@ def partitions(files: list, max_files: int = 32, max_bytes: int = 256 << 20) -> 
 
 
 @task(name="hash-files", cache_policy=NO_CACHE, **RETRIES)
-def hash_task(paths: list[str]) -> list[tuple[str, int]]:
-    return [file_sha256(p) for p in paths]
+def hash_task(files: list[tuple[str, str | None]]) -> list[tuple[str, int]]:
+    """(sha256, size) per (path, refused): a refused file is never read, not even hashed."""
+    return [file_sha256(p, refused) for p, refused in files]
 
 
 @task(name="ingest-files", cache_policy=NO_CACHE, **RETRIES)
 def ingest_task(
-    items: list[tuple[str, str | None, tuple[str, int]]],
+    items: list[tuple[str, str | None, tuple[str, int], str | None]],
     root: str,
     config: IngestConfig,
     registry: Registry,
@@ -66,8 +72,8 @@ def ingest_task(
     rerun skips those already committed."""
     lake = Lake(root)
     return [
-        _as_dict(ingest_file(path, lake, config, registry, source, digest=digest))
-        for path, source, digest in items
+        _as_dict(ingest_file(path, lake, config, registry, source, digest=digest, refused=why))
+        for path, source, digest, why in items
     ]
 
 
@@ -76,14 +82,14 @@ def _ingest_all(lk: Lake, files: list, config: IngestConfig, digests: list) -> l
     their content committed and report the file they match)."""
     seen: set[str] = set()
     first, later = [], []
-    for (path, src), d in zip(files, digests, strict=True):
-        (later if d[0] in seen else first).append((path, src, d))
+    for (path, src, why), d in zip(files, digests, strict=True):
+        (later if d[0] in seen else first).append((path, src, d, why))
         seen.add(d[0])
     reports: dict[str, dict] = {}
     for batch in (first, later):
         if not batch:
             continue
-        groups = [[batch[i] for i in g] for g in partitions([(p, s) for p, s, _ in batch])]
+        groups = [[batch[i] for i in g] for g in partitions(batch)]
         futures = ingest_task.map(
             groups, unmapped(lk.root), unmapped(config), unmapped(Registry(lk))
         )
@@ -91,7 +97,7 @@ def _ingest_all(lk: Lake, files: list, config: IngestConfig, digests: list) -> l
             for r in f.result():
                 reports[r["path"]] = r
                 report("file", r)
-    return [reports[p] for p, _ in files]
+    return [reports[safe_text(p)] for p, *_ in files]
 
 
 @flow(name="ingest", log_prints=False)
@@ -103,16 +109,25 @@ def ingest_flow(
     format: str | None = None,
     force: bool = False,
     eval_sets: list[str] | None = None,
+    max_records_per_file: int | None = None,
+    max_seconds_per_file: float | None = None,
 ) -> dict:
     """Ingest files and folders into the lake; returns per-file reports and totals.
     ``eval_sets`` registers question pools (``dataset`` or ``dataset/split``) as evaluation sets
     of the lake once the files are in (an unknown name fails the run and names the pools)."""
     lk = Lake(lake)
-    config = IngestConfig(source=source, format=format, force=force)
+    config = IngestConfig(
+        source=source,
+        format=format,
+        force=force,
+        max_records_per_file=max_records_per_file,
+        max_seconds_per_file=max_seconds_per_file,
+    )
     lk.remove_temp_files()
-    files = discover(paths)
+    files = discover_files(paths)
+    skipped = skipped_files(paths)
     report("start", {"files": len(files)})
-    groups = [[files[i][0] for i in g] for g in partitions(files)]
+    groups = [[(files[i].path, files[i].refused) for i in g] for g in partitions(files)]
     digests = [d for f in hash_task.map(groups) for d in f.result()]
     reports = _ingest_all(lk, files, config, digests)
     totals: dict[str, int] = {}
@@ -122,6 +137,8 @@ def ingest_flow(
         for k, v in r["rows"].items():
             totals[k] = totals.get(k, 0) + v
         totals[f"files_{r['status']}"] = totals.get(f"files_{r['status']}", 0) + 1
+    if skipped:
+        totals["files_skipped"] = len(skipped)
     create_table_artifact(
         key="ingest-files",
         table=[
@@ -143,7 +160,7 @@ def ingest_flow(
         or [{"path": "(no files)"}],
         description=f"Ingest into {lk.root}: {totals}",
     )
-    out = {"lake": lk.root, "files": reports, "totals": totals}
+    out = {"lake": lk.root, "files": reports, "totals": totals, "skipped": skipped}
     if eval_sets:
         out["eval_sets"] = list(register_eval_sets(lk, list(eval_sets)))
     return out

@@ -230,19 +230,48 @@ def read_document(path: str, max_record_bytes: int) -> RawRecord:
         return RawRecord(0, raw=data, error=_decode_error(data))
 
 
-def iter_parquet(path: str, batch_rows: int = 1024) -> Iterator[RawRecord]:
+BATCH_BYTES = 64 << 20  # decoded Arrow bytes per Parquet batch, about
+
+
+def iter_parquet(path: str, max_record_bytes: int, batch_rows: int = 1024) -> Iterator[RawRecord]:
+    """Rows of a Parquet file with bounded memory, whatever its compression hides: batches are
+    sized from each row group's uncompressed size (a dictionary page counts in full for every
+    row, since each row may decode to its largest entry), and a row past ``max_record_bytes`` is
+    quarantined from its Arrow size, never turned into Python objects."""
     import pyarrow.parquet as pq
 
+    i = 0
     with fsspec.open(path, "rb").open() as f:
         try:
             pf = pq.ParquetFile(f)
-            i = 0
-            for batch in pf.iter_batches(batch_size=batch_rows):
-                for row in batch.to_pylist():
-                    yield RawRecord(i, row)
-                    i += 1
+            md = pf.metadata
+            for g in range(md.num_row_groups):
+                rg = md.row_group(g)
+                cols = [rg.column(c) for c in range(rg.num_columns)]
+                per_row = sum(c.total_uncompressed_size for c in cols) / max(rg.num_rows, 1)
+                per_row += sum(c.total_uncompressed_size for c in cols if c.has_dictionary_page)
+                rows = int(max(1, min(batch_rows, BATCH_BYTES // max(per_row, 1))))
+                for batch in pf.iter_batches(batch_size=rows, row_groups=[g]):
+                    if batch.nbytes <= max_record_bytes:
+                        for row in batch.to_pylist():
+                            yield RawRecord(i, row)
+                            i += 1
+                        continue
+                    for j in range(batch.num_rows):
+                        one = batch.slice(j, 1)
+                        if one.nbytes > max_record_bytes:
+                            detail = f"row of {one.nbytes} bytes exceeds max_record_bytes={max_record_bytes}"
+                            yield RawRecord(
+                                i,
+                                raw=b"",
+                                size=one.nbytes,
+                                error=RecordError(Reason.RECORD_TOO_LARGE, detail),
+                            )
+                        else:
+                            yield RawRecord(i, one.to_pylist()[0])
+                        i += 1
         except Exception as e:  # noqa: BLE001 - any decoder failure is one quarantine row
-            yield RawRecord(0, raw=b"", error=RecordError(Reason.UNREADABLE_FILE, f"parquet: {e}"))
+            yield RawRecord(i, raw=b"", error=RecordError(Reason.UNREADABLE_FILE, f"parquet: {e}"))
 
 
 def _guarded(records: Iterator[RawRecord]) -> Iterator[RawRecord]:
@@ -270,7 +299,7 @@ def iter_records(path: str, container: str, max_record_bytes: int) -> Iterator[R
     if container == "json_array":
         return _guarded(iter_json_array(path, max_record_bytes))
     if container == "parquet":
-        return _guarded(iter_parquet(path))
+        return _guarded(iter_parquet(path, max_record_bytes))
     return _guarded(_document(path, max_record_bytes))
 
 

@@ -25,6 +25,8 @@ class Reason(StrEnum):
     NO_QUESTION = "no_question"
     UNREADABLE_FILE = "unreadable_file"  # parquet/gzip/zstd container that cannot be decoded
     NOT_A_REGULAR_FILE = "not_a_regular_file"  # a FIFO, device or socket: never opened
+    OUTSIDE_INPUT = "outside_input"  # a symlink out of the given folder, or into /proc, /sys, /dev
+    FILE_CAP_REACHED = "file_cap_reached"  # the file's record or time cap: the rest is unread
     NO_ROWS = "no_rows"  # the reader mapped the record to nothing
     READER_ERROR = "reader_error"  # a bug in a reader: kept with its traceback, never a crash
 

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 import fsspec
 import pyarrow as pa
@@ -52,6 +53,16 @@ class IngestConfig:
     max_raw_bytes: int = 64 << 10  # raw text kept per quarantine row (the full size is recorded)
     force: bool = False  # re-ingest files whose content is already in the lake
     now: datetime | None = None  # ingest timestamp (tests pin it for byte-identical lakes)
+    # caps per file against cheap amplification (a 6 KB .gz of 2 M bad lines): past either, the
+    # unread rest is one `file_cap_reached` quarantine row and the file's reading stops
+    max_records_per_file: int | None = None
+    max_seconds_per_file: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_records_per_file", "max_seconds_per_file"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive (or None for no cap), got {value}")
 
 
 @dataclass
@@ -75,6 +86,7 @@ class FileReport:
 @dataclass
 class IngestResult:
     files: list[FileReport]
+    skipped: list[str] = field(default_factory=list)  # files found but not of a readable kind
 
     @property
     def totals(self) -> dict[str, int]:
@@ -88,16 +100,41 @@ class IngestResult:
             t["bytes"] += f.size_bytes
             for k, v in f.rows.items():
                 t[k] += v
+        if self.skipped:
+            t["files_skipped"] = len(self.skipped)
         return dict(t)
 
 
 # ---- discovery -----------------------------------------------------------------------------
 
 
-def discover(paths: Iterable[str]) -> list[tuple[str, str | None]]:
+PSEUDO_FILESYSTEMS = ("/proc/", "/sys/", "/dev/")  # kernel state, never trajectories
+
+
+class Found(NamedTuple):
+    """A file to ingest: its path, default source name, and why it is refused unread (None)."""
+
+    path: str
+    source: str | None
+    refused: str | None = None
+
+
+def _outside(target: str, root: str | None) -> str | None:
+    """Why a local file's real path may not be read: it lies in a pseudo file system, or (for a
+    file found under the folder ``root``) outside that folder."""
+    if target.startswith(PSEUDO_FILESYSTEMS) or target in ("/proc", "/sys", "/dev"):
+        return f"points into /{target.split('/')[1]} ({safe_text(target)})"
+    if root is not None and not (target + "/").startswith(root + "/"):
+        return f"a symlink out of the input folder {safe_text(root)} (to {safe_text(target)})"
+    return None
+
+
+def discover_files(paths: Iterable[str]) -> list[Found]:
     """Expand folders into supported files, sorted; each with its default source name (the first
-    folder under the given folder, or None for a file given directly)."""
-    out: list[tuple[str, str | None]] = []
+    folder under the given folder, or None for a file given directly). Symlinks are followed only
+    inside the given folder: one pointing elsewhere (``env.jsonl -> /proc/self/environ``, a key
+    in a home folder) is refused unread, and so is any path into /proc, /sys or /dev."""
+    out: list[Found] = []
     for p in paths:
         fs, root = fsspec.core.url_to_fs(p)
         proto = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -111,22 +148,41 @@ def discover(paths: Iterable[str]) -> list[tuple[str, str | None]]:
                 if any(part.startswith(".") for part in rel.split("/")) or not is_supported(f):
                     continue
                 top = rel.split("/", 1)[0] if "/" in rel else None
-                out.append((prefix + f, top))
+                refused = None if prefix else _outside(os.path.realpath(f), root)
+                out.append(Found(prefix + f, top, refused))
         elif fs.exists(root):
-            out.append((prefix + root, None))
+            out.append(Found(prefix + root, None, None if prefix else _outside(root, None)))
         else:
             raise FileNotFoundError(f"no such file or folder: {p}")
     return out
 
 
+def discover(paths: Iterable[str]) -> list[tuple[str, str | None]]:
+    """(path, default source) of every file ``discover_files`` finds."""
+    return [(f.path, f.source) for f in discover_files(paths)]
+
+
 def skipped_files(paths: Iterable[str]) -> list[str]:
-    """Files under the given folders that ingest does not read (unsupported suffixes)."""
+    """Files under the given folders that ingest does not read (unsupported suffixes, archives
+    among them), for the run's summary: none is passed over unsaid."""
     out = []
     for p in paths:
         fs, root = fsspec.core.url_to_fs(p)
         if fs.isdir(root):
-            out += [f for f in sorted(fs.find(root)) if not is_supported(f) and "/." not in f]
+            root = root.rstrip("/")
+            for f in sorted(fs.find(root)):
+                rel = f[len(root) + 1 :]
+                if not is_supported(f) and not any(x.startswith(".") for x in rel.split("/")):
+                    out.append(safe_text(f))
+        elif fs.exists(root) and not is_supported(root):
+            out.append(safe_text(root))
     return out
+
+
+def safe_text(path: str) -> str:
+    """A path as text the lake can store: bytes that are not UTF-8 in a file name (kept by
+    Python as surrogates) become ``\\xNN`` escapes."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def special_file(path: str) -> str | None:
@@ -161,19 +217,36 @@ def special_file(path: str) -> str | None:
 def _refused_sha(path: str) -> str:
     """A stand-in content hash for a file that is never read: one per path, so a rerun finds
     it done and a regular file put there later is ingested."""
-    return hashlib.sha256(f"not-a-regular-file\0{path}".encode()).hexdigest()
+    return hashlib.sha256(
+        f"not-a-regular-file\0{path}".encode("utf-8", "surrogateescape")
+    ).hexdigest()
 
 
-def file_sha256(path: str) -> tuple[str, int]:
-    if special_file(path) is not None:
+def file_sha256(path: str, refused: str | None = None) -> tuple[str, int]:
+    """(sha256, size) of a file's bytes; a file refused or unreadable gets its stand-in hash."""
+    if refused is not None or special_file(path) is not None:
         return _refused_sha(path), 0
     h = hashlib.sha256()
     n = 0
-    with fsspec.open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-            n += len(chunk)
+    try:
+        with fsspec.open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+                n += len(chunk)
+    except OSError:  # unreadable (a symlink to /proc/self/mem, no permission): refused later
+        return _refused_sha(path), 0
     return h.hexdigest(), n
+
+
+def unreadable(path: str) -> str | None:
+    """Why a file cannot be read through, or None."""
+    try:
+        with fsspec.open(path, "rb") as f:
+            while f.read(1 << 22):
+                pass
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    return None
 
 
 # ---- the registry of ingested files ----------------------------------------------------------
@@ -267,20 +340,26 @@ def ingest_file(
     default_source: str | None = None,
     on_record: Callable[[int], None] | None = None,
     digest: tuple[str, int] | None = None,
+    refused: str | None = None,
 ) -> FileReport:
-    """Ingest one file (``digest``: its (sha256, size) when the caller hashed it already)."""
+    """Ingest one file (``digest``: its (sha256, size) when the caller hashed it already;
+    ``refused``: why discovery refused it, so it is recorded but never opened)."""
     t0 = time.perf_counter()
     now = config.now or run_time()
-    stop.check(f"before {path}")
-    sha, size = digest or file_sha256(path)
-    report = FileReport(path=path, status="ingested", file_sha256=sha, size_bytes=size)
-    refused = special_file(path)
+    stop.check(f"before {safe_text(path)}")
+    sha, size = digest or file_sha256(path, refused)
+    uri = safe_text(path)  # what the lake stores and shows (the name may not be UTF-8)
+    report = FileReport(path=uri, status="ingested", file_sha256=sha, size_bytes=size)
+    reason = Reason.OUTSIDE_INPUT if refused else Reason.NOT_A_REGULAR_FILE
+    refused = refused or special_file(path)
+    if refused is None and sha == _refused_sha(path):
+        refused, reason = unreadable(path) or "cannot read", Reason.UNREADABLE_FILE
     if sha in registry.by_hash and not config.force:
         report.status = "unchanged"
         prev = registry.by_hash[sha]
         report.note = (
             ""
-            if prev["source_uri"] == path
+            if prev["source_uri"] == uri
             else f"same content already ingested from {prev['source_uri']}"
         )
         report.reader, report.source = prev["source_format"], prev["source"]
@@ -297,7 +376,7 @@ def ingest_file(
             container = "json_document"
     if config.format:
         reader = by_name(config.format)
-    source = (
+    source = safe_text(
         config.source
         or default_source
         or (reader.name if reader else strip_compression(path.rsplit("/", 1)[-1])[0])
@@ -311,9 +390,7 @@ def ingest_file(
     else:
         records: Iterator[RawRecord]
         if refused is not None:  # one quarantine row for the file; it is never opened
-            records = iter(
-                [RawRecord(0, raw=b"", error=RecordError(Reason.NOT_A_REGULAR_FILE, refused))]
-            )
+            records = iter([RawRecord(0, raw=b"", error=RecordError(reason, refused))])
         elif reader is not None and reader.whole_file:
             records = iter_records(path, "json_document", config.max_record_bytes)
         else:
@@ -321,13 +398,14 @@ def ingest_file(
         lineage = {
             "source": source,
             "source_format": report.reader or "unknown",
-            "source_uri": path,
+            "source_uri": uri,
             "file_sha256": sha,
         }
+        capped = _capped(records, config, time.monotonic())
         with LazyParts(lake, part) as parts:
-            for rec in records:
+            for rec in capped:
                 if report.records_read % 1000 == 999:
-                    stop.check(f"in {path}")  # the parts so far are discarded, nothing committed
+                    stop.check(f"in {uri}")  # the parts so far are discarded, nothing committed
                 report.records_read += 1
                 err = rec.error
                 rows: list[tuple[str, dict]] = []
@@ -385,7 +463,7 @@ def ingest_file(
     report.seconds = time.perf_counter() - t0
     log_row = {
         "file_sha256": sha,
-        "source_uri": path,
+        "source_uri": uri,
         "source": source,
         "source_format": report.reader or "unknown",
         "status": report.status,
@@ -401,14 +479,33 @@ def ingest_file(
         "finished_at": now if config.now else run_time(),
     }
     lake.write_part("ingest_log", part, pa.Table.from_pylist([log_row]))
-    for old in registry.by_uri.get(path, []):
+    for old in registry.by_uri.get(uri, []):
         if old != sha:
             lake.delete_part("ingest_log", part_name(old))
             lake.delete_derived_parts(part_name(old))
             report.superseded.append(old)
     registry.by_hash[sha] = log_row
-    registry.by_uri[path] = [sha]
+    registry.by_uri[uri] = [sha]
     return report
+
+
+def _capped(records: Iterator[RawRecord], config: IngestConfig, t0: float) -> Iterator[RawRecord]:
+    """The file's records up to its caps; past one, a single quarantine record says so."""
+    cap_n, cap_s = config.max_records_per_file, config.max_seconds_per_file
+    if cap_n is None and cap_s is None:
+        yield from records
+        return
+    for n, rec in enumerate(records):
+        why = None
+        if cap_n is not None and n >= cap_n:
+            why = f"the file has more than max_records_per_file={cap_n} records"
+        elif cap_s is not None and time.monotonic() - t0 > cap_s:
+            why = f"reading it took more than max_seconds_per_file={cap_s:g} s"
+        if why:
+            detail = f"{why}: records from {rec.index} on were not read"
+            yield RawRecord(rec.index, raw=b"", error=RecordError(Reason.FILE_CAP_REACHED, detail))
+            return
+        yield rec
 
 
 def ingest(
@@ -423,9 +520,9 @@ def ingest(
     lake.remove_temp_files()
     registry = Registry(lake)
     reports = []
-    for path, default_source in discover(paths):
-        r = ingest_file(path, lake, config, registry, default_source)
+    for path, default_source, refused in discover_files(paths):
+        r = ingest_file(path, lake, config, registry, default_source, refused=refused)
         reports.append(r)
         if on_file:
             on_file(r)
-    return IngestResult(reports)
+    return IngestResult(reports, skipped_files(paths))

@@ -290,6 +290,19 @@ def record(
         typer.Option(help="Log folder (default ROOT/recorder/wal; needed for a remote lake)."),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds an upstream call may take.")] = 600.0,
+    max_request_mb: Annotated[
+        float, typer.Option(help="Largest request body accepted, in MB (413 beyond).")
+    ] = 32.0,
+    header_seconds: Annotated[
+        float, typer.Option(help="Seconds a client may take to send its request headers.")
+    ] = 10.0,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A browser origin allowed to call the recorder (default none: requests "
+            "carrying an Origin header are refused). Repeatable."
+        ),
+    ] = None,
 ) -> None:
     """Record a live agent: an OpenAI-compatible proxy that logs every chat call (durably,
     before answering) for `flow record-commit` to turn into lake episodes."""
@@ -299,9 +312,21 @@ def record(
     from pipeline.recorder.proxy import serve
     from pipeline.recorder.wal import WAL
 
-    config = RecorderConfig(
-        upstream=upstream, host=host, port=port, instance=instance, wal=wal, timeout=timeout
-    )
+    try:
+        config = RecorderConfig(
+            upstream=upstream,
+            host=host,
+            port=port,
+            instance=instance,
+            wal=wal,
+            timeout=timeout,
+            max_request_bytes=int(max_request_mb * 1e6),
+            header_seconds=header_seconds,
+            allowed_origins=tuple(allow_origin or ()),
+        )
+    except RecorderError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
     try:
         log = WAL(wal_dir(Lake(lake), wal), config.instance_name(), config.segment_bytes)
     except RecorderError as e:

@@ -29,6 +29,29 @@ class RecorderConfig:
     segment_bytes: int = 64 << 20  # a log segment is sealed and a new one started past this size
     timeout: float = 600.0  # seconds an upstream call may take
     fsync: bool = True  # durable before acknowledged; off only for benchmarks of the rest
+    max_request_bytes: int = 32 << 20  # a larger request body is refused (413) unread
+    header_seconds: float = 10.0  # a connection whose request headers take longer is closed
+    body_seconds: float = 120.0  # a request whose body takes longer to arrive is refused (408)
+    max_connections: int = 512  # open connections at once; more are refused (503)
+    # browsers send Origin; agents do not. A request with an Origin not listed here is refused,
+    # so a web page cannot post trajectories into the lake (CSRF)
+    allowed_origins: tuple[str, ...] = ()
+    # Host headers accepted (DNS rebinding); default: loopback names when listening on loopback,
+    # any host otherwise
+    allowed_hosts: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_request_bytes", "header_seconds", "body_seconds", "max_connections"):
+            if getattr(self, name) <= 0:
+                raise RecorderError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def hosts(self) -> tuple[str, ...] | None:
+        """Host header names accepted (None: any)."""
+        if self.allowed_hosts is not None:
+            return self.allowed_hosts
+        if self.host in ("127.0.0.1", "localhost", "::1") or self.host.startswith("127."):
+            return ("127.0.0.1", "localhost", "[::1]", self.host)
+        return None
 
     def instance_name(self) -> str:
         return self.instance or f"{socket.gethostname()}-{self.port}"

@@ -6,15 +6,25 @@ Anthropic messages (``/v1/messages``) are recorded: a plain response is returned
 call is durable in the log; a stream is passed through event by event as it arrives and only its
 closing event (``data: [DONE]`` / ``message_stop``) waits for the log. So a client that saw a
 complete answer has an acknowledged call, and an acknowledged call survives kill -9.
+
+The proxy is a door into the lake, so it is strict about what comes in: paths with dot segments
+(also percent-encoded) or encoded slashes are refused, never normalised into another upstream
+path; request bodies are size- and time-bounded; request headers must arrive within
+``header_seconds`` (slowloris); a request from a browser page (an ``Origin`` header not allowed)
+or for a foreign ``Host`` (DNS rebinding) is refused, and recorded calls must be JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import time
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
+from yarl import URL
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -62,6 +72,21 @@ def _response_headers(headers: Any, request_id: str | None) -> dict[str, str]:
     return out
 
 
+def _refuse(status: int, kind: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind}}, status_code=status)
+
+
+def sub_path(path: str) -> str | None:
+    """The part of a ``/v1/...`` path to append to the upstream's base, or None when a segment
+    is ``.``/``..`` or holds a slash once percent-decoded (it would leave the API's prefix)."""
+    sub = path[len("/v1") :] if path.startswith("/v1") else path
+    for seg in sub.split("/"):
+        once = unquote(seg)
+        if unquote(once) in (".", "..") or once in (".", "..") or "/" in once or "\\" in once:
+            return None
+    return sub
+
+
 def _upstream_error(e: Exception, upstream: str) -> JSONResponse:
     msg = (
         f"the recorder could not reach its upstream {public_url(upstream)}: {type(e).__name__}: {e}"
@@ -78,24 +103,97 @@ class Recorder:
         self.config = config
         self.wal = wal
         self.upstream = config.upstream.rstrip("/")
+        base = URL(self.upstream)
+        # credentials in the upstream URL become the upstream's Authorization (they take the
+        # place of a client's); the query string stays on every forwarded call
+        self.auth = None
+        if base.user is not None:
+            token = f"{unquote(base.user)}:{unquote(base.password or '')}".encode()
+            self.auth = "Basic " + base64.b64encode(token).decode()
+        self.base = base.with_user(None).with_password(None).with_query(None)
+        self.base_query = list(base.query.items())
+        self.hosts = config.hosts()
         self.client: aiohttp.ClientSession | None = None
         self.recorded = 0
         self.failed = 0
 
-    def _url(self, path: str) -> str:
-        sub = path[len("/v1") :] if path.startswith("/v1") else path
-        return self.upstream + sub
+    def _url(self, sub: str) -> URL:
+        path = self.base.raw_path.rstrip("/") + sub
+        return self.base.with_path(path, encoded=True)
+
+    def _headers(self, request: Request) -> dict[str, str]:
+        headers = _forward_headers(request.headers)
+        if self.auth is not None:
+            for k in [k for k in headers if k.lower() == "authorization"]:
+                del headers[k]
+            headers["Authorization"] = self.auth
+        return headers
+
+    def _door(self, request: Request) -> Response | None:
+        """Why a request may not come in (a response saying so), or None."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin not in self.config.allowed_origins:
+            return _refuse(
+                403,
+                "origin_not_allowed",
+                f"requests from a web page ({origin}) are refused: the recorder writes into the "
+                "lake (allow an origin with RecorderConfig.allowed_origins)",
+            )
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if self.hosts is not None and name not in self.hosts:
+            return _refuse(421, "host_not_allowed", f"Host {host!r} is not this recorder's")
+        return None
+
+    async def _body(self, request: Request) -> bytes | Response:
+        """The request body, bounded in size and time."""
+        limit = self.config.max_request_bytes
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return _refuse(413, "request_too_large", f"request bodies are limited to {limit} bytes")
+
+        async def read() -> bytes | Response:
+            buf = bytearray()
+            async for chunk in request.stream():
+                buf += chunk
+                if len(buf) > limit:
+                    return _refuse(
+                        413, "request_too_large", f"request bodies are limited to {limit} bytes"
+                    )
+            return bytes(buf)
+
+        try:
+            return await asyncio.wait_for(read(), self.config.body_seconds)
+        except TimeoutError:
+            return _refuse(
+                408, "request_timeout", f"the body took over {self.config.body_seconds:g} s"
+            )
 
     async def _store(self, rec: dict) -> None:
         await self.wal.append_async(rec)
         self.recorded += 1
 
     async def handle(self, request: Request) -> Response:
-        body = await request.body()
+        refused = self._door(request)
+        if refused is not None:
+            return refused
+        raw = request.scope.get("raw_path") or request.url.path.encode()
+        sub = sub_path(raw.decode("latin-1").split("?", 1)[0])
+        if sub is None:
+            return _refuse(400, "bad_path", "paths with '.' or '..' segments are refused")
         kind = kind_of(request.url.path) if request.method == "POST" else None
-        url = self._url(request.url.path)
-        headers = _forward_headers(request.headers)
-        params = list(request.query_params.multi_items())
+        if kind is not None:
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype != "application/json":
+                return _refuse(
+                    415, "unsupported_media_type", "chat calls must be sent as application/json"
+                )
+        body = await self._body(request)
+        if isinstance(body, Response):
+            return body
+        url = self._url(sub)
+        headers = self._headers(request)
+        params = self.base_query + list(request.query_params.multi_items())
         if kind is None:  # /v1/models and anything else: forwarded, not recorded
             try:
                 async with self.client.request(
@@ -217,6 +315,49 @@ def create_app(config: RecorderConfig, wal: WAL) -> Starlette:
     return app
 
 
+def header_timeout_protocol(seconds: float) -> type:
+    """uvicorn's HTTP protocol, closing a connection whose request line and headers are not all
+    in within ``seconds`` of the connection (or of the request's first byte on a kept-alive one):
+    a slowloris client cannot hold sockets open by trickling headers."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class HeaderTimeoutProtocol(HttpToolsProtocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(seconds, self._too_slow)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _too_slow(self) -> None:
+            self._header_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._header_timer is None:
+                self._arm()
+
+        def on_headers_complete(self) -> None:
+            self._disarm()
+            super().on_headers_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutProtocol
+
+
 def serve(config: RecorderConfig, wal: WAL, on_ready: Any = None) -> None:
     """Run the proxy until SIGINT/SIGTERM; the log is closed (sealed) on the way out."""
     import uvicorn
@@ -224,7 +365,14 @@ def serve(config: RecorderConfig, wal: WAL, on_ready: Any = None) -> None:
     app = create_app(config, wal)
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host=config.host, port=config.port, log_level="warning", access_log=False
+            app,
+            host=config.host,
+            port=config.port,
+            log_level="warning",
+            access_log=False,
+            http=header_timeout_protocol(config.header_seconds),
+            limit_concurrency=config.max_connections,
+            h11_max_incomplete_event_size=64 << 10,
         )
     )
     if on_ready is not None:

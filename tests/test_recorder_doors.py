@@ -1,0 +1,217 @@
+"""`flow record`'s front door, probed as a hostile client or web page would: no path reaches
+another part of the upstream, no body or slow client exhausts it, no browser page or foreign
+Host posts into the lake, and upstream credentials work beside a client's own key."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import REPO
+from tests.harness import free_port, stop_group, wait_http
+
+ANSWER = {
+    "id": "c1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}
+    ],
+}
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "2+2?"}]}
+
+
+class Upstream:
+    """A fake OpenAI-compatible upstream on loopback that remembers every request it got."""
+
+    def __init__(self) -> None:
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                n = int(self.headers.get("content-length") or 0)
+                self.rfile.read(n)
+                seen.append((self.command, self.path, dict(self.headers)))
+                body = json.dumps(ANSWER).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def upstream():
+    up = Upstream()
+    yield up
+    up.close()
+
+
+def start_proxy(tmp_path: Path, upstream_url: str, *extra: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    log = tmp_path / f"proxy-{port}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "record", "--upstream", upstream_url,
+         "--lake", str(tmp_path / "lake"), "--port", str(port), "--instance", "doors", *extra],
+        cwd=REPO, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    wait_http(f"http://127.0.0.1:{port}/healthz", proc, 60, log)
+    return proc, port
+
+
+def raw_request(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """(status, body) of a request sent byte for byte as written (no client normalises it)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.replace("\n", "\r\n").encode() + b"\r\n" + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    status = int(data.split(b" ", 2)[1])
+    return status, data.split(b"\r\n\r\n", 1)[-1]
+
+
+def recorded(port: int) -> int:
+    return httpx.get(f"http://127.0.0.1:{port}/healthz").json()["recorded"]
+
+
+def test_dot_segments_never_reach_another_upstream_path(tmp_path, upstream):
+    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+    try:
+        for path in (
+            "/v1/../../admin/secret",
+            "/v1/%2e%2e/%2e%2e/admin/secret",
+            "/v1/..%2F..%2Fadmin/secret",
+            "/v1/%252e%252e/admin/secret",
+            "/v1/chat/../../admin/secret",
+        ):
+            status, _ = raw_request(
+                port, f"GET {path} HTTP/1.1\nHost: 127.0.0.1\nConnection: close\n"
+            )
+            assert status == 400, (path, status)
+        assert not any("admin" in p for _, p, _ in upstream.seen), upstream.seen
+    finally:
+        stop_group(proc)
+
+
+def test_an_upstream_with_a_query_string_and_credentials_beside_a_client_key(tmp_path, upstream):
+    url = f"http://alice:pw%40x@127.0.0.1:{upstream.port}/v1?api-version=2024-10"
+    proc, port = start_proxy(tmp_path, url)
+    try:
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json=CHAT,
+            headers={"Authorization": "Bearer sk-client-key"},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["message"]["content"] == "4"
+        method, path, headers = upstream.seen[-1]
+        assert (method, path) == ("POST", "/v1/chat/completions?api-version=2024-10")
+        assert headers["Authorization"] == "Basic " + base64.b64encode(b"alice:pw@x").decode()
+        assert recorded(port) == 1
+    finally:
+        stop_group(proc)
+    log = b"".join(p.read_bytes() for p in (tmp_path / "lake").rglob("*") if p.is_file())
+    assert b"pw@x" not in log and b"sk-client-key" not in log
+
+
+def test_request_bodies_are_bounded(tmp_path, upstream):
+    proc, port = start_proxy(
+        tmp_path, f"http://127.0.0.1:{upstream.port}/v1", "--max-request-mb", "1"
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        big = json.dumps({**CHAT, "pad": "x" * 2_000_000}).encode()
+        r = httpx.post(url, content=big, headers={"content-type": "application/json"})
+        assert r.status_code == 413 and "limited to" in r.text
+
+        def chunks():
+            for _ in range(40):
+                yield b"x" * 65536
+
+        r = httpx.post(url, content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413  # no Content-Length: counted as it streams in
+        assert upstream.seen == [] and recorded(port) == 0
+    finally:
+        stop_group(proc)
+
+
+def test_slow_headers_are_cut_off(tmp_path, upstream):
+    proc, port = start_proxy(
+        tmp_path, f"http://127.0.0.1:{upstream.port}/v1", "--header-seconds", "1"
+    )
+    socks = []
+    try:
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            socks.append(s)
+        closed = set()
+        deadline = time.monotonic() + 30
+        while len(closed) < len(socks) and time.monotonic() < deadline:
+            for i, s in enumerate(socks):
+                if i in closed:
+                    continue
+                try:
+                    s.sendall(b"X")  # one header byte at a time, as slowloris does
+                    s.settimeout(0.05)
+                    if s.recv(1) == b"":
+                        closed.add(i)
+                except (TimeoutError, BlockingIOError):
+                    pass
+                except OSError:  # reset by the server
+                    closed.add(i)
+            time.sleep(0.2)
+        assert len(closed) == len(socks)  # every trickling connection was closed by the server
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+    finally:
+        for s in socks:
+            s.close()
+        stop_group(proc)
+
+
+def test_a_web_page_or_a_foreign_host_cannot_post_trajectories(tmp_path, upstream):
+    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        body = json.dumps(CHAT)
+        page = {"Origin": "http://evil.example", "content-type": "text/plain"}
+        assert httpx.post(url, content=body, headers=page).status_code == 403
+        js = {"Origin": "http://evil.example", "content-type": "application/json"}
+        assert httpx.post(url, content=body, headers=js).status_code == 403
+        form = {"content-type": "text/plain"}  # a simple request without a preflight
+        assert httpx.post(url, content=body, headers=form).status_code == 415
+        status, _ = raw_request(
+            port,
+            f"POST /v1/chat/completions HTTP/1.1\nHost: evil.example:{port}\n"
+            f"Content-Type: application/json\nContent-Length: {len(body)}\nConnection: close\n",
+            body.encode(),
+        )
+        assert status == 421  # DNS rebinding: the page's own host name
+        assert upstream.seen == [] and recorded(port) == 0
+        ok = httpx.post(url, json=CHAT)  # an agent: no Origin, JSON, a loopback Host
+        assert ok.status_code == 200 and recorded(port) == 1
+    finally:
+        stop_group(proc)

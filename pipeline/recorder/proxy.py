@@ -24,11 +24,11 @@ from typing import Any
 from urllib.parse import unquote
 
 import aiohttp
-from yarl import URL
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from yarl import URL
 
 from pipeline.recorder.calls import (
     StreamAssembler,

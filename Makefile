@@ -21,7 +21,7 @@ BFCL_DEPS := tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript
 	boto3==1.44.8 qwen-agent==0.0.34 soundfile==0.14.0 writer-sdk==3.0.0 \
 	datamodel-code-generator==0.25.7
 
-.PHONY: setup sandbox run test lint bench clean
+.PHONY: setup sandbox run test test-fast lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,7 +58,12 @@ run: setup
 	$(BIN)/flow run
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
+
+# The fast tier: everything but the tests that start vLLM, train, run subprocess flows or the
+# mission (marked `heavy` in tests/conftest.py); a few minutes on 2 cores.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not heavy" --durations=10
 
 lint: setup
 	$(BIN)/ruff format --check . && $(BIN)/ruff check .

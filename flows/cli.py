@@ -1072,6 +1072,40 @@ def eval_(
 
 
 @app.command()
+def compact(
+    lake: LakeOpt = None,
+    small_kb: Annotated[
+        int, typer.Option(help="An ingested file whose lake parts are under this many KB is small.")
+    ] = 1024,
+    bundle_mb: Annotated[int, typer.Option(help="A bundle grows to about this many MB.")] = 128,
+) -> None:
+    """Bundle the lake parts of many small ingested files into a few (fewer files to open for
+    every query and stage); queries and validation see the same rows before and after."""
+    from pipeline.compact import CompactConfig
+    from pipeline.compact import compact as run_compact
+
+    root = resolve_root(lake)
+    if not Lake(root).fs.exists(Lake(root).path("tables", "ingest_log")):
+        err.print(f"[red]error:[/red] no lake at {esc(root)} (nothing was ingested there)")
+        raise typer.Exit(2)
+    try:
+        config = CompactConfig(small_bytes=small_kb << 10, bundle_bytes=bundle_mb << 20)
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    r = run_compact(Lake(root), config)
+    if r.note:
+        console.print(esc(r.note))
+    else:
+        console.print(
+            f"compacted {r.files} ingested files into {r.bundles} bundle(s): "
+            f"{r.lake_files_before} lake files -> {r.lake_files_after}"
+        )
+    if r.removed_leftovers:
+        console.print(f"removed {r.removed_leftovers} hidden part(s) left by an earlier compaction")
+
+
+@app.command()
 def query(
     sql: Annotated[
         str,

@@ -25,6 +25,7 @@ import duckdb
 import pyarrow as pa
 from fsspec.implementations.dirfs import DirFileSystem
 
+from pipeline.compact import committed_parts
 from pipeline.lake import Lake
 from schemas import TABLES
 
@@ -58,10 +59,10 @@ def visible_parts(lake: Lake) -> dict[str, list[str]]:
     """Committed parts per table. An ingest part ``H`` is committed by ``ingest_log/H``; a
     validation result ``H.T.V`` needs ``H`` committed; a validate-stage quarantine part ``H.T.V``
     is committed by ``validation/H.T.V``."""
-    committed = set(lake.parts("ingest_log"))
+    committed = committed_parts(lake)  # bundles hide the parts of the files they hold
     validation = [p for p in lake.parts("validation") if p.split(".", 1)[0] in committed]
     done = set(validation)
-    out: dict[str, list[str]] = {"ingest_log": lake.parts("ingest_log"), "validation": validation}
+    out: dict[str, list[str]] = {"ingest_log": sorted(committed), "validation": validation}
     for table in ("trajectories", "questions", "attempts", "quarantine"):
         out[table] = [p for p in lake.parts(table) if (p in committed) or ("." in p and p in done)]
     for table in TABLES:  # derived tables (dedup, ...) are written whole and atomically

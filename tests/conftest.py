@@ -136,3 +136,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if left:
         print(f"\nsandbox processes left running after the tests: {left}")
         session.exitstatus = 1
+
+
+# ---- tiers ------------------------------------------------------------------------------------
+# `make test` runs everything; `make test-fast` (-m "not heavy") leaves out what starts vLLM,
+# trains a policy, runs flows in subprocesses or the mission. Marked here, in one place: by the
+# fixtures a test uses and by the modules whose every test is of that kind.
+HEAVY_FIXTURES = {
+    "nano_sft",  # trains the nano policy (SFT, 400 steps)
+    "mission",  # the quick mission, end to end
+    "harness",  # Prefect's test harness: flows and deployments for real
+    "vllm_nano",  # a vLLM engine
+    "shared_dataset",  # every stage over all of ../shared/data
+}
+HEAVY_MODULES = {
+    "test_ddp",  # torchrun
+    "test_mission",
+    "test_orchestrate",
+    "test_recorder",  # `vllm serve` behind `flow record`
+    "test_schedule",  # vLLM engines on Dask and Ray
+    "test_exports",  # TRL, verl and LLaMA-Factory load and step
+    "test_train",
+    "test_trainer_path",
+    "test_real_sources",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in HEAVY_MODULES or HEAVY_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.heavy)

@@ -24,6 +24,7 @@ import fsspec
 import pyarrow as pa
 
 from pipeline import stop
+from pipeline.compact import bundle_members, part_name, split_bundle
 from pipeline.ids import record_id
 from pipeline.ingest.containers import (
     RawRecord,
@@ -256,15 +257,13 @@ class Registry:
     """Committed files by content hash and by URI, read from ``ingest_log``."""
 
     def __init__(self, lake: Lake):
+        # file part -> the bundle that holds it (pipeline/compact.py)
+        self.bundle_of = {m: b for b, ms in bundle_members(lake).items() for m in ms}
         log = lake.read_table("ingest_log").to_pylist()
         self.by_hash = {r["file_sha256"]: r for r in log}
         self.by_uri: dict[str, list[str]] = {}
         for r in log:
             self.by_uri.setdefault(r["source_uri"], []).append(r["file_sha256"])
-
-
-def part_name(sha: str) -> str:
-    return sha[:32]
 
 
 # ---- one file ------------------------------------------------------------------------------
@@ -481,6 +480,10 @@ def ingest_file(
     lake.write_part("ingest_log", part, pa.Table.from_pylist([log_row]))
     for old in registry.by_uri.get(uri, []):
         if old != sha:
+            bundle = registry.bundle_of.get(part_name(old))
+            if bundle is not None:  # its rows share a bundle: every member gets its parts back
+                for m in split_bundle(lake, bundle):
+                    registry.bundle_of.pop(m, None)
             lake.delete_part("ingest_log", part_name(old))
             lake.delete_derived_parts(part_name(old))
             report.superseded.append(old)

@@ -23,6 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.ids import record_id as make_record_id
+from pipeline.compact import committed_parts
 from pipeline.lake import Lake, LazyParts, run_time
 from pipeline.validate.checks import CHECKS
 from pipeline.validate.gx_suite import GXRunner
@@ -56,7 +57,7 @@ class ValidateResult:
 
 
 def ingested_parts(lake: Lake, table: str) -> list[str]:
-    committed = set(lake.parts("ingest_log"))
+    committed = committed_parts(lake)
     return [p for p in lake.parts(table) if "." not in p and p in committed]
 
 

@@ -22,8 +22,8 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from pipeline.ids import record_id as make_record_id
 from pipeline.compact import committed_parts
+from pipeline.ids import record_id as make_record_id
 from pipeline.lake import Lake, LazyParts, run_time
 from pipeline.validate.checks import CHECKS
 from pipeline.validate.gx_suite import GXRunner

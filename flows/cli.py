@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -97,6 +98,35 @@ def print_rows(
         )
     console.print(table)
     console.print(f"[dim]{len(rows)} row(s)[/dim]")
+
+
+@contextlib.contextmanager
+def stage_progress(title: str) -> Any:
+    """A spinner with the stage's count on a terminal; periodic plain lines in a log (stdout not
+    a terminal: CI, nohup, a deployment), so a long stage is never silent."""
+    from flows.progress import get_hook, set_hook
+    from flows.progress_lines import ProgressLines, _measure
+
+    lines = ProgressLines(lambda t: console.print(esc(t)), enabled=not console.is_terminal)
+    previous = get_hook()
+    with console.status(f"{title}…") as status:
+
+        def hook(event: str, payload: Any) -> None:
+            if event == "wait":
+                err.print(f"[yellow]{esc(payload)}[/yellow]")
+                return
+            lines(event, payload)
+            m = _measure(event, payload)
+            if m is not None:
+                what, done, total, detail = m
+                count = f"{done}/{total}" if total else str(done)
+                status.update(esc(f"{what} {count} {detail}".strip()))
+
+        set_hook(hook)
+        try:
+            yield
+        finally:
+            set_hook(previous)
 
 
 def _run_ingest(
@@ -657,7 +687,7 @@ def label(
         fl = label_flow.with_options(task_runner=task_runner(runner, engines, address))
     _upstream(lake, "label")
     try:
-        with console.status("labelling…"):
+        with stage_progress("labelling"):
             out = fl(
                 lake=resolve_root(lake),
                 policy=policy,
@@ -830,16 +860,17 @@ def sft(
     if tools not in TOOLS:
         raise typer.BadParameter(" | ".join(TOOLS), param_hint="--tools")
     try:
-        res = sft_flow(
-            dataset=dataset,
-            out=out,
-            model=model,
-            steps=steps,
-            batch_size=batch_size,
-            lr=lr,
-            max_turns=max_turns,
-            tools=tools,
-        )
+        with stage_progress("sft"):
+            res = sft_flow(
+                dataset=dataset,
+                out=out,
+                model=model,
+                steps=steps,
+                batch_size=batch_size,
+                lr=lr,
+                max_turns=max_turns,
+                tools=tools,
+            )
     except ValueError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
@@ -915,7 +946,6 @@ def train(
     """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
     if (judge_weight or refine) and not judge:
         raise typer.BadParameter("--judge-weight and --refine need --judge", param_hint="--judge")
-    from flows.train import train_flow
 
     if not (Path(dataset) / "rl").is_dir():
         raise typer.BadParameter(
@@ -934,32 +964,39 @@ def train(
         raise typer.BadParameter(
             f"no questions for dataset {eval_set!r} in the lake", param_hint="--eval-set"
         )
-    out_ = train_flow(
-        eval_questions=held_out,
-        dataset=dataset,
-        model=model,
-        out=out,
-        steps=steps,
-        prompts_per_step=prompts_per_step,
-        group_size=group_size,
-        lr=lr,
-        max_tokens=max_tokens,
-        max_turns=max_turns,
-        rollout_backend=rollout_backend,
-        tools=tools,
-        lake=resolve_root(lake) if eval_set else None,
-        eval_set=eval_set,
-        options=(
-            ({"eval_every": eval_every} if eval_every else {})
-            | (
-                {"judge": judge, "judge_weight": judge_weight, "refine": refine}
-                if judge and (judge_weight or refine)
-                else {}
+    from flows.train import train_flow
+
+    with stage_progress("train"):
+        out_ = train_flow(
+            eval_questions=held_out,
+            dataset=dataset,
+            model=model,
+            out=out,
+            steps=steps,
+            prompts_per_step=prompts_per_step,
+            group_size=group_size,
+            lr=lr,
+            max_tokens=max_tokens,
+            max_turns=max_turns,
+            rollout_backend=rollout_backend,
+            tools=tools,
+            lake=resolve_root(lake) if eval_set else None,
+            eval_set=eval_set,
+            options=(
+                ({"eval_every": eval_every} if eval_every else {})
+                | (
+                    {"judge": judge, "judge_weight": judge_weight, "refine": refine}
+                    if judge and (judge_weight or refine)
+                    else {}
+                )
+                | ({"adaptive": True} if adaptive else {})
             )
-            | ({"adaptive": True} if adaptive else {})
+            or None,
         )
-        or None,
-    )
+    _print_train(out_, out)
+
+
+def _print_train(out_: dict, out: str) -> None:
     console.print(
         f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
     )
@@ -1328,10 +1365,14 @@ def run(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--dataset") from None
     root = resolve_root(lake)
+    from flows.progress_lines import ProgressLines
+
+    lines = ProgressLines(lambda t: console.print(esc(t)), enabled=not console.is_terminal)
     with console.status("pipeline…") as status:
         files = {"n": 0, "total": 0}
 
         def hook(event: str, payload: Any) -> None:
+            lines(event, payload)
             if event == "wait":
                 err.print(f"[yellow]{esc(payload)}[/yellow]")
             elif event == "stage":

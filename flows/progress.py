@@ -15,6 +15,10 @@ def set_hook(fn: Callable[[str, Any], None] | None) -> None:
     _hook = fn
 
 
+def get_hook() -> Callable[[str, Any], None] | None:
+    return _hook
+
+
 def report(event: str, payload: Any = None) -> None:
     if _hook is not None:
         _hook(event, payload)

@@ -45,7 +45,7 @@ def sft_task(config: SFTTrainConfig, lake: str | None = None) -> dict:
         raise ValueError(f"no correct, complete trajectory in the lake {lake} to fine-tune on")
     if lake:
         config = replace(config, out=config.out.replace("{key}", run_key(rows, config)))
-    history = sft(config, rows, on_step=lambda m: report("sft", m))
+    history = sft(config, rows, on_step=lambda m: report("sft", {**m, "steps": config.steps}))
     return {"out": config.out, "history": history, "rows": len(rows) if rows else None}
 
 

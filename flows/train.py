@@ -20,7 +20,9 @@ install_server_watchdog()  # the local server Prefect starts for this flow dies 
 
 @task(name="grpo-tcr", cache_policy=NO_CACHE)
 def train_task(config: TrainConfig, held_out: list[dict] | None = None) -> list[dict]:
-    return train(config, on_step=lambda m: report("train", m), held_out=held_out)
+    return train(
+        config, on_step=lambda m: report("train", {**m, "steps": config.steps}), held_out=held_out
+    )
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)

@@ -1,0 +1,48 @@
+"""Progress in a log: where stdout is not a terminal, long stages print a plain line every
+FLOW_PROGRESS_SECONDS with the count, the rate, the time left and the step's loss."""
+
+from __future__ import annotations
+
+from flows.progress_lines import ProgressLines
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_long_sft_prints_a_line_every_interval_and_at_the_end():
+    out, clock = [], Clock()
+    lines = ProgressLines(out.append, enabled=True, every=30, clock=clock)
+    lines("stage", "sft")
+    for step in range(1, 101):  # one step a second, as the trainer reports them
+        clock.t = float(step)
+        lines("sft", {"step": step, "steps": 100, "loss": 1.0 / step})
+    assert out[0] == "sft: started"
+    assert out[1] == "sft step 31/100 (31%): 1.00 steps/s, about 1 min 9 s left; loss 0.032"
+    assert [ln.split()[2] for ln in out[1:]] == ["31/100", "61/100", "91/100", "100/100"]
+    assert out[-1].startswith("sft step 100/100 (100%): 1.00 steps/s") and "left" not in out[-1]
+
+
+def test_labelling_counts_questions_and_training_shows_accuracy():
+    out, clock = [], Clock()
+    lines = ProgressLines(out.append, enabled=True, every=10, clock=clock)
+    for done in (0, 16, 32, 48, 64):
+        clock.t += 12
+        lines("label", {"done": done, "total": 64})
+    assert out[-1] == "label 64/64 (100%): 1.33 questions/s"
+    lines("train", {"step": 1, "steps": 3, "accuracy": 0.25})
+    clock.t += 60
+    lines("train", {"step": 3, "steps": 3, "accuracy": 0.5})
+    assert out[-1] == "train step 3/3 (100%): 0.03 steps/s; accuracy 0.500"
+
+
+def test_on_a_terminal_it_stays_quiet():
+    out = []
+    lines = ProgressLines(out.append, enabled=False, every=0)
+    lines("stage", "sft")
+    lines("sft", {"step": 5, "steps": 5, "loss": 0.1})
+    assert out == []

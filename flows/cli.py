@@ -19,6 +19,9 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # vLLM must not reconfigure logging under Prefect's handlers (a deadlock: rollout/engines.py)
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+# torch's C++ warnings (NUMA binding at every vLLM CPU engine start) say nothing a user acts on;
+# read once when torch loads, so set before anything imports it
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 import orjson  # noqa: E402
 import typer  # noqa: E402

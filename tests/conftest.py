@@ -160,10 +160,12 @@ HEAVY_MODULES = {
     "test_trainer_path",
     "test_real_sources",
 }
+HEAVY_TESTS = {"test_an_engine_start_through_the_cli_leaves_no_warnings_on_the_console"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in HEAVY_MODULES or HEAVY_FIXTURES & set(item.fixturenames):
+        heavy = module in HEAVY_MODULES or item.originalname in HEAVY_TESTS
+        if heavy or HEAVY_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.heavy)

@@ -46,3 +46,26 @@ def test_on_a_terminal_it_stays_quiet():
     lines("stage", "sft")
     lines("sft", {"step": 5, "steps": 5, "loss": 0.1})
     assert out == []
+
+
+def test_an_engine_start_through_the_cli_leaves_no_warnings_on_the_console(tiny_model):
+    """vLLM's FutureWarnings and torch's NUMA-binding warning at every CPU engine start are
+    kept off the console of a process that runs the CLI's code."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, require_vllm
+
+    require_vllm()
+    code = (
+        "import flows.cli\n"
+        "from pipeline.rollout.engines import VLLMEngine\n"
+        f"VLLMEngine({tiny_model!r}).close()\n"
+        "print('engine started')\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0 and "engine started" in res.stdout, res.stderr[-2000:]
+    assert "FutureWarning" not in res.stderr and "NUMA binding" not in res.stderr, res.stderr

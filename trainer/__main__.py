@@ -4,6 +4,10 @@ GRPO-TCR loop on N processes (DDP; gloo on CPU, nccl on GPU)."""
 from __future__ import annotations
 
 import argparse
+import os
+
+# torch's C++ warnings (NUMA binding at every vLLM CPU engine start): before torch loads
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 from trainer.train import ROLLOUT_BACKENDS, TOOLS, TrainConfig, agent_config, train
 

@@ -289,6 +289,12 @@ class VLLMEngine:
             # the weights' own float32, not vLLM's CPU default bf16: labels and rollouts sample
             # the distribution the trainer scores (a small policy's sharp copies survive)
             kwargs.setdefault("dtype", "float32")
+        import warnings
+
+        # vLLM's own deprecation warnings (torch.distributed.reduce_op, ...) at every start are
+        # noise to a user of this project: the project pins vLLM, they change nothing here
+        warnings.filterwarnings("ignore", category=FutureWarning, module="vllm")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="vllm")
         from vllm import LLM
 
         kwargs.setdefault("seed", 0)  # the engine is seeded once

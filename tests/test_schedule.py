@@ -173,10 +173,12 @@ def test_a_stuck_tool_call_is_killed_while_other_episodes_finish(tok):
             rest = [e for e in eps if e.question_id != "stuck"]
             assert all("[error: timeout]" in tool_output(e) for e in stuck)
             assert all(e.finish_reason == "answer" and e.tool_errors == 0 for e in rest)
-            assert elapsed < 2 * wall + 5  # the two stuck calls ran side by side, then ended
+            # the two stuck calls ran side by side (one after the other, the later one would
+            # take two wall limits): a structural bound, not a margin a busy machine breaks
+            assert max(e.seconds for e in stuck) < 2 * wall, elapsed
             seconds[schedule] = max(e.seconds for e in rest), min(e.seconds for e in stuck)
     rest_async, stuck_async = seconds["async"]
-    assert stuck_async >= wall and rest_async < wall - 0.5, seconds
+    assert stuck_async >= wall and rest_async < stuck_async, seconds  # the rest finished first
     assert seconds["turns"][0] >= wall  # the barrier held every episode behind the stuck call
 
 

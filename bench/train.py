@@ -19,8 +19,9 @@ import torch
 
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.tiny_model import build_tiny_model
+from trainer.logprobs import token_logprobs
 from trainer.loss import grpo_tcr_loss
-from trainer.train import TrainConfig, token_logprobs, train
+from trainer.train import TrainConfig, train
 
 
 def main() -> None:

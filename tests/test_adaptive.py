@@ -126,7 +126,8 @@ def _nano_pool() -> list[dict]:
 def _adaptive_run(policy, out, steps: int) -> tuple[list[dict], list[list[str]]]:
     """GRPO-TCR with adaptive difficulty on the nano pool: (metrics, question ids per step)."""
     from tests.conftest import NANO_AGENT
-    from trainer.train import TrainConfig, default_reward, train
+    from trainer.episodes import default_reward
+    from trainer.train import TrainConfig, train
 
     cfg = TrainConfig(
         model=str(policy), out=str(out), steps=steps, prompts_per_step=4, group_size=4, lr=1e-4,

@@ -28,7 +28,7 @@ def _batch():
 
 
 def _step(model, ids, attn, mask, adv):
-    from trainer.train import token_logprobs
+    from trainer.logprobs import token_logprobs
 
     with torch.no_grad():
         old, _ = token_logprobs(model, ids, attn)

@@ -168,7 +168,8 @@ def test_reagent_u_refines_with_the_critique_in_context_and_pools_2k(nano_sft, t
     from pipeline.rollout.agent import run_episodes
     from pipeline.rollout.engines import TransformersEngine
     from pipeline.sandbox import Sandbox
-    from trainer.train import refine_episodes, train
+    from trainer.episodes import refine_episodes
+    from trainer.train import train
 
     policy, _ = nano_sft
     tok = AutoTokenizer.from_pretrained(str(policy))

@@ -12,17 +12,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from pipeline.rollout.agent import SYSTEM, Episode
+from trainer.episodes import default_reward, flat_group
+from trainer.logprobs import token_logprobs
 from trainer.loss import grpo_tcr_loss
 from trainer.rewards import tool_bonus_paper
-from trainer.train import (
-    TrainConfig,
-    agent_config,
-    band_adjust,
-    default_reward,
-    eps_high_at,
-    flat_group,
-    token_logprobs,
-)
+from trainer.train import TrainConfig, agent_config, band_adjust, eps_high_at
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +228,7 @@ def test_the_sampler_is_the_policy_that_is_scored(tiny_model, tmp_path, temperat
 
 
 def test_truncated_importance_weights():
-    from trainer.train import mismatch
+    from trainer.logprobs import mismatch
 
     old = torch.tensor([[0.0, -1.0, -2.0, -3.0]])
     eng = torch.tensor([[float("nan"), -1.5, -2.0, -0.5]])  # sampler log-probs; nan: unreported

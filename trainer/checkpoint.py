@@ -8,10 +8,15 @@ import json
 import os
 import random
 import shutil
+from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 
 def start_run(out: str, seed: int) -> tuple[Path, Path, bool]:
@@ -120,3 +125,67 @@ def plot(out: Path, keys: tuple[str, ...], name: str = "curves.png") -> None:
     fig.tight_layout()
     fig.savefig(out / name, dpi=90)
     plt.close(fig)
+
+
+def keep_best(best: Path, model, tokenizer, held_out: list[dict], config, step: int) -> dict:
+    """avg@k of the model being trained on the held-out questions; saved as ``best`` (with
+    ``held_out.json``) when it beats the best so far, which survives a resume."""
+    from pipeline.evaluate import evaluate
+    from pipeline.rollout.engines import Sampling, TransformersEngine
+
+    sampling = Sampling(
+        config.temperature, config.top_p, config.max_tokens, config.seed, config.top_k
+    )
+    r = evaluate(
+        TransformersEngine.from_model(model, tokenizer),
+        held_out,
+        k=config.eval_k,
+        config=config.agent,
+        sampling=sampling,
+    )
+    acc = r[f"average@{config.eval_k}"]
+    record = best / "held_out.json"
+    so_far = json.loads(record.read_text())["accuracy"] if record.exists() else -1.0
+    if acc <= so_far:
+        return {"held_out_accuracy": acc, "best_step": json.loads(record.read_text())["step"]}
+    tmp = best.with_name(".checkpoint-best.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "held_out.json").write_text(
+        json.dumps({"step": step, "accuracy": acc, "k": config.eval_k})
+    )
+    if best.exists():
+        shutil.rmtree(best)
+    tmp.rename(best)
+    return {"held_out_accuracy": acc, "best_step": step}
+
+
+def save_train_state(
+    latest: Path,
+    model,
+    tokenizer,
+    opt,
+    sched,
+    stream,
+    step: int,
+    ent_coef: float,
+    config: TrainConfig,
+    beta: float = 0.0,
+    samplers: list[str] | None = None,
+) -> None:
+    """The trainer's whole state beside the weights: optimizer, scheduler, RNG, the prompt
+    stream's cursor (or every rank's adaptive sampler), the entropy controller and the config."""
+    state = {
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": rng_state(),
+        "cursor": getattr(stream, "cursor", 0),
+        "adaptive": samplers,
+        "step": step,
+        "ent_coef": ent_coef,
+        "beta": beta,
+        "config": asdict(config),
+    }
+    save_checkpoint(latest, model, tokenizer, state, step)

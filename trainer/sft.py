@@ -30,7 +30,8 @@ from trainer.checkpoint import (
     tensorboard,
     truncate_metrics,
 )
-from trainer.train import Prompts, token_logprobs
+from trainer.episodes import Prompts
+from trainer.logprobs import token_logprobs
 
 CURVES = ("loss", "tokens", "lr")
 

@@ -1,6 +1,6 @@
 """What a stage needs from the stages before it, said plainly when it is missing.
 
-Run on their own, out of order, the stages used to find nothing and report 0 rows with exit 0
+A stage run on its own, out of order, must not find nothing and report 0 rows with exit 0
 (``flow dedup`` on a lake that was ingested but never validated). ``problems`` names what is
 missing and the command that makes it: errors when the stage would have nothing to work on,
 warnings when part of the lake is left out.

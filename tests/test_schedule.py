@@ -1,4 +1,4 @@
-"""Asynchronous episodes (issue 18): the async loop samples the same episodes as the
+"""Asynchronous episodes: the async loop samples the same episodes as the
 turn-by-turn loop, keeps its concurrency bounds, kills a stuck tool call without holding up
 the other episodes, and labelling over two engines gives the labels of one."""
 

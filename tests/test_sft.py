@@ -1,4 +1,4 @@
-"""SFT (issue 17): the same tokens as the agent loop, a nano policy that really learns to solve
+"""SFT: the same tokens as the agent loop, a nano policy that really learns to solve
 the nano tasks with the sandboxed python tool, resume, and `flow sft` on a built dataset."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The trainer's real path (issue 16): multi-turn by default, log-probs under the sampling
+"""The trainer's real path: multi-turn by default, log-probs under the sampling
 distribution, accuracy-based dynamic sampling, policy-token lengths, numerics, the paper's
 schedules. Each test failed on the trainer as it was."""
 

@@ -1,1 +1,2 @@
-"""GRPO-TCR trainer (see issue 7); empty until the training stage lands."""
+"""The GRPO-TCR trainer and the SFT stage: config, episodes, log-probs, loss, distributed
+reductions, metrics, checkpoints (``trainer/train.py`` is the loop)."""

@@ -1,5 +1,5 @@
 """Adaptive difficulty during training: the prompt stream that keeps sampling near the
-difficulty band as the policy learns (issue 22; the diversity sampler's third part).
+difficulty band as the policy learns.
 
 Each question's *tracked pass rate* is the mean of its last ``window`` group accuracies, the
 labelled pass rate (the dataset's ``pass_rate``, K rollouts of the SFT policy) counting as its

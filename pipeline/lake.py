@@ -62,6 +62,11 @@ def resolve_root(root: str | None = None) -> str:
 
 @dataclass
 class Lake:
+    """The lake at ``root`` (a path or any fsspec URL): one folder of Parquet parts per table
+    under ``tables/``, written atomically (temp name, fsync, rename) and named by content hash,
+    so a rerun of the same input writes nothing new; the writer lock; dataset folders and
+    reports beside the tables. Readers see committed parts only (``pipeline.query``)."""
+
     root: str
 
     def __post_init__(self) -> None:

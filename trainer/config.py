@@ -15,6 +15,11 @@ TOOLS = ("python", "none")
 
 @dataclass
 class TrainConfig:
+    """Every option of a GRPO-TCR run, with its default and why; checked when constructed, so
+    a typo fails before a model loads. The defaults are the paper's (token-level loss,
+    ε_low 0.2 / ε_high 0.28, overlong shaping, β 0); ``flow train`` and ``python -m trainer``
+    pass what the user set."""
+
     model: str  # a local model folder
     out: str  # run folder: checkpoints, metrics.jsonl, plots
     dataset: str | None = None  # datasets/<name>/v<N> (its rl/ shards); or pass prompts directly

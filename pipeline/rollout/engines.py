@@ -267,6 +267,11 @@ def explicit_generation_config(sampling: Sampling, stop_id: int, pad_id: int):
 
 
 class VLLMEngine:
+    """A vLLM engine (the CUDA build or the CPU build) sampling token ids for the agent loop:
+    seeded, sampling exactly the ``Sampling`` it is given (never the model's
+    generation_config), returning the log-probs of the distribution it sampled from, prefix
+    caching on; ``push_weights`` updates it in place from a model being trained."""
+
     name = "vllm"
 
     def __init__(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.rollout.agent import AgentConfig
+from pipeline.rollout.policy_loop import read_loop, turn_tokens  # noqa: F401 (re-exported)
 
 ROLLOUT_BACKENDS = ("auto", "vllm", "transformers")
 TOOLS = ("python", "none")
@@ -48,7 +49,10 @@ class TrainConfig:
     # beta x0.9 below the band and x1.1 above it (needs beta > 0)
     entropy_band_adjusts: str = "ent_coef"
     adv_std_unbiased: bool = True  # Bessel-corrected group std (TRL, verl)
-    minibatches: int = 1  # optimizer steps per rollout batch
+    # optimizer steps per rollout batch (verl's train_batch / ppo_mini_batch_size): the first
+    # minibatch updates at ratio 1, the later ones off-policy, where the clip acts
+    minibatches: int = 4
+    ppo_epochs: int = 1  # passes over the rollout batch (each in ``minibatches`` shuffled parts)
     grad_accum: int = 1  # micro-batches per optimizer step (token-level denominator spans them)
     max_tokens: int = 256  # per assistant turn
     # multi-turn tool use in the sandbox: the policy calls python, sees the result, answers
@@ -119,14 +123,49 @@ class TrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, not {getattr(self, name)!r}")
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size must be at least 2, not {self.group_size}: GRPO's advantage is a "
+                "reward against the mean of its group, and a group of one has no baseline"
+            )
+        for name in ("steps", "prompts_per_step", "minibatches", "ppo_epochs", "grad_accum"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.entropy_band is not None:
+            lo, hi = self.entropy_band
+            if not 0 <= lo < hi:
+                raise ValueError(
+                    f"entropy_band must be (low, high) with 0 <= low < high, not {self.entropy_band}"
+                )
+        if self.entropy_band_adjusts == "beta" and (self.entropy_band is None or self.beta <= 0):
+            raise ValueError(
+                "entropy_band_adjusts='beta' scales beta (x0.9 / x1.1): it needs an entropy_band "
+                f"and beta > 0 (beta is {self.beta}; 0 stays 0 whatever the band says)"
+            )
+        if not 0 < self.top_p <= 1 or self.top_k == 0 or self.top_k < -1:
+            raise ValueError(
+                f"top_p must be in (0, 1] and top_k -1 (off) or >= 1, not {self.top_p}, {self.top_k}"
+            )
         if (self.judge_weight or self.refine) and not self.judge:
             raise ValueError("judge_weight and refine need a judge (a model folder or a URL)")
 
 
-def agent_config(dataset: str | None, max_turns: int = 4, tools: str = "python") -> AgentConfig:
-    """The agent a run trains: ``max_turns`` turns with the sandboxed python tool (``tools=
-    "none"``: one turn, no tool declared), prompted with the dataset's own system prompt (its
-    manifest's ``config.system_prompt``), so the policy is trained on the prompt its data has."""
+def agent_config(
+    dataset: str | None,
+    max_turns: int | None = None,
+    tools: str | None = None,
+    model: str | None = None,
+) -> AgentConfig:
+    """The agent a run trains. With neither ``max_turns`` nor ``tools`` given and a policy that
+    records its loop (``model``'s agent_loop.json, written by SFT and GRPO): that loop, the one
+    the policy learnt. Otherwise ``max_turns`` turns (default 4) with the sandboxed python tool
+    (``tools="none"``: one turn, no tool declared), prompted with the dataset's own system prompt
+    (its manifest's ``config.system_prompt``), so the policy is trained on the prompt its data
+    has."""
+    if max_turns is None and tools is None and (loop := read_loop(model)) is not None:
+        return loop.agent
+    max_turns = 4 if max_turns is None else max_turns
+    tools = "python" if tools is None else tools
     if tools not in TOOLS:
         raise ValueError(f"tools must be one of {TOOLS}, not {tools!r}")
     if max_turns < 1:

@@ -168,6 +168,7 @@ class Collected:
     groups: list[Group]
     zero_var: int  # groups without signal (all right / all wrong, or equal rewards)
     judge: dict[str, float]  # scored, failed, score_sum, term_sum, n; Reagent-U's counts
+    drawn: int = 0  # groups sampled, kept or dropped (zero_var_frac = zero_var / drawn)
 
 
 def collect_groups(
@@ -178,7 +179,7 @@ def collect_groups(
     groups without signal are dropped and more questions drawn, at most ``max_gen_batches``
     times. The adaptive sampler observes every group's initial K."""
     groups: list[Group] = []
-    zero_var = gen_batches = 0
+    zero_var = gen_batches = drawn = 0
     js = dict.fromkeys(
         ("scored", "failed", "score_sum", "term_sum", "n", "initial_correct")
         + ("refined_correct", "pairs"),
@@ -226,9 +227,10 @@ def collect_groups(
                 js["initial_correct"] += sum(acc[:K])
                 js["refined_correct"] += sum(acc[K:])
                 js["pairs"] += K
+            drawn += 1
             if flat_group(config, r, acc):
                 zero_var += 1
                 if config.dynamic_sampling:
                     continue
             groups.append((q, ge, r, acc))
-    return Collected(groups, zero_var, js)
+    return Collected(groups, zero_var, js, drawn)

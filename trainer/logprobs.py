@@ -26,13 +26,17 @@ def token_logprobs(
     temperature: float = 1.0,
     chunk: int = 512,
     entropy_grad: bool = False,
+    top_k: int = -1,
+    top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(token_t | tokens_<t) for t >= 1 under the sampling distribution (logits divided
     by the sampling temperature, as verl does), and the entropy of each next-token distribution.
     ids, attn: [B, T] -> [B, T-1]. With ``keep``, logits are computed for the last ``keep``
     positions only (the responses; prompt positions get 0). The fp32 log-softmax runs over
     ``chunk`` positions at a time, so no [B, T, V] fp32 tensor is ever whole; the entropy stays
-    out of the autograd graph unless ``entropy_grad`` (its coefficient is not 0)."""
+    out of the autograd graph unless ``entropy_grad`` (its coefficient is not 0). With ``top_k``
+    or ``top_p`` the distribution is the truncated one the engines sample and report (the same
+    warpers, in vLLM's order): a token outside it has log-prob -1e4, not -inf."""
     T = ids.shape[1]
     if keep is None or keep >= T - 1:
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]  # [B, T-1, V]
@@ -45,11 +49,14 @@ def token_logprobs(
     logps, ents = [], []
     for s in range(0, logits.shape[1], chunk):
         z = logits[:, s : s + chunk].float() / temperature  # [B, c, V] fp32
+        z = truncate(z, top_k, top_p)  # [B, c, V], -inf outside the sampled support
         logp_all = torch.log_softmax(z, dim=-1)  # [B, c, V]
-        logps.append(logp_all.gather(-1, targets[:, s : s + chunk, None]).squeeze(-1))  # [B, c]
+        lp = logp_all.gather(-1, targets[:, s : s + chunk, None]).squeeze(-1)  # [B, c]
+        logps.append(lp.clamp(min=-1e4) if top_k > 0 or top_p < 1.0 else lp)
         if with_entropy:
             with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-                ents.append(-(logp_all.exp() * logp_all).sum(-1))  # [B, c]
+                finite = logp_all.masked_fill(torch.isinf(logp_all), 0.0)  # 0·log 0 = 0
+                ents.append(-(logp_all.exp() * finite).sum(-1))  # [B, c]
     logp = torch.cat(logps, dim=1)  # [B, K]
     ent = torch.cat(ents, dim=1) if with_entropy else None  # [B, K]
     if logp.shape[1] < T - 1:  # left-pad the prompt positions back to [B, T-1]
@@ -57,6 +64,21 @@ def token_logprobs(
         logp = torch.nn.functional.pad(logp, (pad, 0))
         ent = torch.nn.functional.pad(ent, (pad, 0)) if ent is not None else None
     return logp, ent
+
+
+def truncate(z: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
+    """Logits [..., V] with the tokens top-k and then top-p leave out set to -inf: the
+    transformers warpers the rollout engine runs (pipeline.rollout.engines.warpers)."""
+    if top_k <= 0 and top_p >= 1.0:
+        return z
+    from transformers import TopKLogitsWarper, TopPLogitsWarper
+
+    flat = z.reshape(-1, z.shape[-1])  # [N, V]
+    if top_k > 0:
+        flat = TopKLogitsWarper(top_k=top_k)(None, flat)
+    if top_p < 1.0:
+        flat = TopPLogitsWarper(top_p=top_p)(None, flat)
+    return flat.reshape(z.shape)
 
 
 def engine_logprobs(episodes: list[Episode], width: int) -> torch.Tensor:

@@ -12,7 +12,11 @@ def group_advantages(
     rewards: torch.Tensor, eps: float = 1e-6, std_norm: bool = True, unbiased: bool = True
 ) -> torch.Tensor:
     """A_i = (R_i - mean_g R) / (std_g R + eps).  rewards: [G, K] -> [G, K]. The std is
-    Bessel-corrected by default, as in TRL and verl (``unbiased=False``: the population std)."""
+    Bessel-corrected by default, as in TRL and verl (``unbiased=False``: the population std).
+    A group of one has no baseline: as verl does, its mean is 0 and its std 1 (A_i = R_i), where
+    the Bessel-corrected std of one reward would be nan and turn every weight into nan."""
+    if rewards.shape[1] == 1:
+        return rewards.clone()  # [G, 1]
     mean = rewards.mean(dim=1, keepdim=True)  # [G, 1]
     centered = rewards - mean  # [G, K]
     if not std_norm:

@@ -18,6 +18,12 @@ def warnings_for(m: dict, history: list[dict], tokenizer) -> list[str]:
     prev = [h.get("tool_calls", 0) for h in history[-5:]]
     if prev and max(prev) > 0.2 and m["tool_calls"] == 0:
         w.append("tool calls vanished")
+    seen = [h["accuracy"] for h in history if "accuracy" in h] + [m["accuracy"]]
+    if len(seen) >= 3 and not any(seen):
+        w.append(
+            f"accuracy 0 on all {len(seen)} steps: nothing is learnt; is this the agent loop the "
+            "policy was trained with (its agent_loop.json: turns, tool declaration, tokens)?"
+        )
     return w
 
 
@@ -54,6 +60,10 @@ def reduce_step(
             "clip_frac_high": (sum(x["clip_frac_high"] for x in mb_metrics), n_mb),
             "approx_kl": (sum(x["approx_kl"] for x in mb_metrics), n_mb),
             "ratio_first": (mb_metrics[0]["ratio_mean"], 1) if mb_metrics else (0.0, 0),
+            # the last minibatch's ratio: how far the policy moved off the rollouts' within
+            # the step (the first is exactly 1 on-policy)
+            "ratio_last": (mb_metrics[-1]["ratio_mean"], 1) if mb_metrics else (0.0, 0),
+            "grad_norm": (sum(x.get("grad_norm", 0.0) for x in mb_metrics), n_mb),
             "response_len": (n_tok, n_eps),
             "tool_calls": (sum(e.tool_calls for e in episodes), n_eps),
             "tool_errors": (sum(e.tool_errors for e in episodes), n_eps),
@@ -69,7 +79,8 @@ def reduce_step(
                 sum(policy_tokens(e) > config.l_max - config.l_cache for e in episodes),
                 n_eps,
             ),
-            "zero_var_frac": (collected.zero_var, collected.zero_var + len(groups)),
+            # of the groups sampled: with dynamic sampling off, flat groups are kept too
+            "zero_var_frac": (collected.zero_var, collected.drawn),
             "logp_mismatch_mean": (
                 mm["logp_mismatch_mean"] or 0.0,
                 int(mm["logp_mismatch_mean"] is not None),

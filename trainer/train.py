@@ -13,6 +13,7 @@ groups), ``logprobs`` (log pi, TIS), ``loss`` (the formulas), ``distributed`` (r
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -126,9 +127,9 @@ def update(
                 attn[micro],
                 with_entropy=True,
                 keep=keep,
-                temperature=config.temperature,
                 chunk=config.logprob_chunk,
                 entropy_grad=ent_coef != 0,
+                **sampled(config),
             )
         loss, lm = grpo_tcr_loss(
             logp,
@@ -149,9 +150,24 @@ def update(
         )
         (loss * world).backward()
         metrics.append(lm)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+    if not torch.isfinite(grad_norm) or not all(math.isfinite(x["loss"]) for x in metrics):
+        # (under DDP the gradients are all-reduced: every rank sees the same and stops here)
+        raise FloatingPointError(
+            f"non-finite loss or gradient (losses {[x['loss'] for x in metrics]}, gradient norm "
+            f"{float(grad_norm)}): no update made and no checkpoint written; check the rewards "
+            "and advantages of this batch (a nan reward, a group of one)"
+        )
     opt.step()
+    for x in metrics:
+        x["grad_norm"] = float(grad_norm)
     return metrics
+
+
+def sampled(config: TrainConfig) -> dict:
+    """The distribution the engine sampled from (temperature, then top-k, then top-p), for
+    pi_old, pi_ref and pi_theta alike: the ratio and the TIS weights compare like with like."""
+    return {"temperature": config.temperature, "top_k": config.top_k, "top_p": config.top_p}
 
 
 def _lr_lambda(warmup: int):
@@ -311,7 +327,7 @@ def train(
             # ---- pi_old, pi_ref and the sampler's log-probs ------------------------------------
             keep = ids.shape[1] - min(len(e.prompt_ids) for e in episodes) if episodes else None
             with torch.no_grad():
-                lp = dict(keep=keep, temperature=config.temperature, chunk=config.logprob_chunk)
+                lp = dict(keep=keep, chunk=config.logprob_chunk, **sampled(config))
                 if episodes:
                     with autocast(config, ids.device.type):  # the update's precision
                         old_logp, _ = token_logprobs(model, ids, attn, **lp)  # [B, T-1]
@@ -324,15 +340,16 @@ def train(
             eng_logp = engine_logprobs(episodes, ids.shape[1]).to(device)  # [B, T-1], nan: none
             weights, mm = mismatch(old_logp, eng_logp, mask, config.tis_cap)  # TIS
             # ---- update ----------------------------------------------------------------------
-            order = torch.randperm(len(episodes))
             mb_metrics = []
-            for mb in order.tensor_split(config.minibatches):  # the same count on every rank
-                mb_metrics += update(
-                    trained, opt, ids[mb], attn[mb], mask[mb], old_logp[mb], adv[mb].to(device),
-                    ref_logp[mb] if ref_logp is not None else None, config, eps_high, ent_coef,
-                    keep, beta, weights[mb] if use_tis else None,
-                )  # fmt: skip
-                sched.step()
+            for _ in range(config.ppo_epochs):
+                order = torch.randperm(len(episodes))
+                for mb in order.tensor_split(config.minibatches):  # the same count on every rank
+                    mb_metrics += update(
+                        trained, opt, ids[mb], attn[mb], mask[mb], old_logp[mb],
+                        adv[mb].to(device), ref_logp[mb] if ref_logp is not None else None,
+                        config, eps_high, ent_coef, keep, beta, weights[mb] if use_tis else None,
+                    )  # fmt: skip
+            sched.step()  # warmup_steps counts training steps, whatever the minibatches
             if engine is not policy:  # the colocated engine samples the next step's episodes
                 from pipeline.rollout.engines import push_weights
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 from collections import Counter
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -639,7 +640,10 @@ def label(
     k: Annotated[int, typer.Option(help="Rollouts per question.")] = 8,
     backend: Annotated[str, typer.Option(help="auto | vllm | transformers")] = "auto",
     limit: Annotated[int | None, typer.Option(help="Label at most this many questions.")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per assistant turn.")] = 512,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Tokens per assistant turn (default: the policy's own, else 512)."),
+    ] = None,
     engines: Annotated[
         int,
         typer.Option(help="Engines labelling shards of the questions at once (one per GPU)."),
@@ -700,6 +704,7 @@ def label(
                 max_tokens=max_tokens,
                 engines=engines,
                 judge=judge,
+                judge_backend=judge_backend,
                 judge_max_tokens=judge_max_tokens,
             )
     except JudgeError as e:
@@ -850,6 +855,9 @@ def sft(
     ] = None,
     max_turns: int = 4,
     tools: str = "python",
+    seed: Annotated[
+        int, typer.Option(help="The initial weights' (nano) and data order's seed.")
+    ] = 0,
 ) -> None:
     """Supervised fine-tuning on a dataset's SFT split: the policy RL starts from."""
     from flows.sft import sft_flow
@@ -873,6 +881,7 @@ def sft(
                 lr=lr,
                 max_turns=max_turns,
                 tools=tools,
+                seed=seed,
             )
     except ValueError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
@@ -901,13 +910,33 @@ def train(
     prompts_per_step: int = 8,
     group_size: int = 8,
     lr: float = 1e-6,
-    max_tokens: Annotated[int, typer.Option(help="Tokens per assistant turn.")] = 256,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Tokens per assistant turn (default: the policy's own, else 256)."),
+    ] = None,
     max_turns: Annotated[
-        int, typer.Option(help="Agent turns per episode: tool call, result, ... answer.")
-    ] = 4,
+        int | None,
+        typer.Option(
+            help="Agent turns per episode: tool call, result, ... answer (default: the loop the "
+            "policy was trained with, its agent_loop.json, else 4)."
+        ),
+    ] = None,
     tools: Annotated[
-        str, typer.Option(help="python (the sandboxed interpreter) | none (one turn, no tool).")
-    ] = "python",
+        str | None,
+        typer.Option(
+            help="python (the sandboxed interpreter) | none (one turn, no tool); default: the "
+            "policy's own loop, else python."
+        ),
+    ] = None,
+    minibatches: Annotated[
+        int,
+        typer.Option(
+            help="Optimizer steps per rollout batch: after the first the policy is off the "
+            "rollouts' and the clip acts (verl's ppo_mini_batch_size)."
+        ),
+    ] = 4,
+    ppo_epochs: Annotated[int, typer.Option(help="Passes over each rollout batch.")] = 1,
+    seed: int = 0,
     rollout_backend: Annotated[
         str, typer.Option(help="auto (vLLM where installed) | vllm | transformers.")
     ] = "auto",
@@ -956,11 +985,11 @@ def train(
         )
     from trainer.train import ROLLOUT_BACKENDS, TOOLS
 
-    if tools not in TOOLS:
+    if tools is not None and tools not in TOOLS:
         raise typer.BadParameter(" | ".join(TOOLS), param_hint="--tools")
     if rollout_backend not in ROLLOUT_BACKENDS:
         raise typer.BadParameter(" | ".join(ROLLOUT_BACKENDS), param_hint="--rollout-backend")
-    if max_turns < 1:
+    if max_turns is not None and max_turns < 1:
         raise typer.BadParameter("at least 1", param_hint="--max-turns")
     held_out = eval_questions(lake, eval_set, eval_limit) if eval_set else None
     if eval_set and not held_out:
@@ -986,7 +1015,8 @@ def train(
             lake=resolve_root(lake) if eval_set else None,
             eval_set=eval_set,
             options=(
-                ({"eval_every": eval_every} if eval_every else {})
+                {"minibatches": minibatches, "ppo_epochs": ppo_epochs, "seed": seed}
+                | ({"eval_every": eval_every} if eval_every else {})
                 | (
                     {"judge": judge, "judge_weight": judge_weight, "refine": refine}
                     if judge and (judge_weight or refine)
@@ -1040,7 +1070,10 @@ def eval_(
     k: int = 4,
     limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = 50,
     backend: str = "auto",
-    max_tokens: int = 512,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(help="Tokens per assistant turn (default: the model's own, else 512)."),
+    ] = None,
     stage: Annotated[
         str, typer.Option(help="What MODEL is (sft, grpo, base...), kept in the evals table.")
     ] = "model",
@@ -1076,7 +1109,7 @@ def eval_(
             lake=resolve_root(lake),
             k=k,
             limit=limit,
-            sampling=Sampling(max_tokens=max_tokens),
+            sampling=Sampling(max_tokens=max_tokens) if max_tokens else None,
             backend=backend,
             judge=judge,
         )
@@ -1343,6 +1376,9 @@ def run(
     quick: Annotated[
         bool, typer.Option(help="The CI-sized mission: fewer questions, steps and rollouts.")
     ] = False,
+    seed: Annotated[
+        int, typer.Option(help="The mission's seed: nano weights, SFT order, rollouts, GRPO.")
+    ] = 0,
 ) -> None:
     """The main job as one Prefect flow: ingest, validate, dedup, then (by default) SFT of the
     nano policy, its K=8 live rollouts as difficulty labels, build, GRPO-TCR and the before/after
@@ -1410,6 +1446,7 @@ def run(
         mission = None
         if not data_only:
             mission = MissionConfig.quick() if quick else MissionConfig()
+            mission = replace(mission, seed=seed)
         try:
             out = pipeline_flow(
                 inputs=inputs,

@@ -4,7 +4,7 @@ the model's weights and the evaluation's settings, so a rerun evaluates nothing 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import orjson
 from prefect import flow, task
@@ -17,6 +17,7 @@ from pipeline.ids import digest
 from pipeline.lake import Lake
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
+from pipeline.rollout.policy_loop import read_loop, turn_tokens
 
 install_server_watchdog()
 
@@ -153,7 +154,8 @@ def eval_flow(
 ) -> dict:
     """Each (model folder, stage) on ``eval_set``, into ``evals``: avg@k, pass@j, maj@k and
     the agent metrics, or on function-calling questions (BFCL) the function-calling metrics;
-    intervals and slices included. Writes a report page (``report`` in the result)."""
+    intervals and slices included. Writes a report page (``report`` in the result). Without
+    ``agent`` and ``sampling``, each model runs the loop it was trained with (agent_loop.json)."""
     from datetime import UTC, datetime
 
     from pipeline.report import write_eval_report
@@ -175,13 +177,17 @@ def eval_flow(
             raise ValueError(
                 f"no function-calling questions of a supported category in {eval_set!r}: {skipped}"
             )
-    agent = agent or AgentConfig(system_prompt=None if calls else AgentConfig().system_prompt)
-    sampling = sampling or Sampling()
     rows = []
     for model, stage in models:
         report("stage", f"eval {stage}")
+        loop = read_loop(model)  # the loop the policy was trained with, if it says
+        agent_m = agent or (
+            replace(loop.agent, system_prompt=None) if loop and calls else loop.agent if loop
+            else AgentConfig(system_prompt=None if calls else AgentConfig().system_prompt)
+        )  # fmt: skip
+        sampling_m = sampling or Sampling(max_tokens=turn_tokens(model, None, 512))
         r = eval_model_task(
-            lk.root, model, stage, eval_set, questions, k, agent, sampling, backend, judge
+            lk.root, model, stage, eval_set, questions, k, agent_m, sampling_m, backend, judge
         )
         refined = r.pop("refined", None)
         rows.append({"stage": stage, "model": model} | r)

@@ -24,6 +24,7 @@ from pipeline.label import LabelConfig, judge_signal, label, pass_rate_histogram
 from pipeline.lake import Lake
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
+from pipeline.rollout.policy_loop import read_loop, turn_tokens
 
 
 @task(name="label", **CACHED, **RETRIES)
@@ -101,7 +102,7 @@ def label_flow(
     k: int = 8,
     backend: str = "auto",
     limit: int | None = None,
-    max_tokens: int = 512,
+    max_tokens: int | None = None,
     temperature: float = 1.0,
     agent: AgentConfig | None = None,
     engines: int = 1,
@@ -109,22 +110,28 @@ def label_flow(
     judge: str | None = None,
     judge_backend: str = "auto",
     judge_max_tokens: int = 512,
+    seed: int = 0,
 ) -> dict:
     """Pass rates per unique question: recorded, or from K rollouts of ``policy`` through the
-    agent loop ``agent`` (default: the loop `flow train` uses), on ``engines`` engines; with
-    ``judge`` (a model folder or an OpenAI-compatible URL), the judge's scores of the rollouts."""
+    agent loop ``agent`` (default: the loop the policy was trained with, its agent_loop.json,
+    else the loop `flow train` uses), ``max_tokens`` per turn likewise (default 512), on
+    ``engines`` engines; with ``judge`` (a model folder or an OpenAI-compatible URL), the
+    judge's scores of the rollouts."""
     if engines < 1:
         raise ValueError(f"engines must be at least 1, got {engines}")
     if judge and not policy:
         raise ValueError("the judge scores live rollouts: give a policy")
     lk = Lake(lake)
+    loop = read_loop(policy)
+    agent = agent or (loop.agent if loop is not None else None)
+    max_tokens = turn_tokens(policy, max_tokens, 512)
     config = LabelConfig(
         k=k,
         policy=policy,
         backend=backend,
         limit=limit,
         batch_questions=batch_questions,
-        sampling=Sampling(temperature=temperature, max_tokens=max_tokens),
+        sampling=Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed),
         **({"agent": agent} if agent is not None else {}),
     )
     report("stage", "label")

@@ -54,6 +54,9 @@ class MissionConfig:
     eval_set: str = EVAL_SET
     eval_k: int = 8
     eval_limit: int | None = None
+    # one seed for the nano policy's initial weights and SFT order, the rollouts' sampling and
+    # GRPO's stream (the nano policy's outcome spreads across seeds: docs/training.md)
+    seed: int = 0
 
     @classmethod
     def quick(cls) -> MissionConfig:

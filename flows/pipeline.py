@@ -300,7 +300,9 @@ def _mission(
     rows: dict[str, dict] = {}
     manifest = None
     agent = mission.agent
-    sampling = Sampling(temperature=mission.temperature, max_tokens=mission.max_tokens)
+    sampling = Sampling(
+        temperature=mission.temperature, max_tokens=mission.max_tokens, seed=mission.seed
+    )
 
     def mapped(fl: Any) -> Any:
         return fl.with_options(task_runner=task_runner(runner, workers, address))
@@ -325,6 +327,7 @@ def _mission(
                 steps=mission.sft_steps,
                 batch_size=mission.sft_batch,
                 agent=agent,
+                seed=mission.seed,
             )
             policy = out["policy"]
         elif stage == "label":
@@ -342,6 +345,7 @@ def _mission(
                 max_tokens=mission.max_tokens,
                 temperature=mission.temperature,
                 agent=agent,
+                seed=mission.seed,
             )
         elif stage == "build":
             policy = policy or latest_sft(lk)
@@ -382,7 +386,8 @@ def _mission(
                 max_tokens=mission.max_tokens,
                 rollout_backend=mission.train_backend,
                 agent=agent,
-                options={"temperature": mission.temperature} | mission.train_options,
+                options={"temperature": mission.temperature, "seed": mission.seed}
+                | mission.train_options,
             )
         elif stage == "eval":
             from flows.evaluate import held_out
@@ -443,6 +448,7 @@ def _train_key(policy: str, mission: MissionConfig) -> str:
                 "max_tokens",
                 "train_backend",
                 "train_options",
+                "seed",
             )
         },
     }

@@ -61,6 +61,7 @@ def sft_flow(
     tools: str = "python",
     lake: str | None = None,
     agent: AgentConfig | None = None,
+    seed: int = 0,
 ) -> dict:
     """SFT of ``model`` (None: the nano policy, from scratch) on ``dataset``'s SFT split, or
     on the lake's correct trajectories (``lake``; ``{key}`` in ``out`` becomes the data and
@@ -76,6 +77,7 @@ def sft_flow(
         batch_size=batch_size,
         lr=lr,
         agent=agent or agent_config(dataset, max_turns, tools),
+        seed=seed,
     )
     run = sft_task(config, lake)
     out, history = run["out"], run["history"]

@@ -13,6 +13,7 @@ from flows.local_server import install as install_server_watchdog
 from flows.progress import report
 from pipeline.evaluate.alarms import alarms
 from pipeline.rollout.agent import AgentConfig
+from pipeline.rollout.policy_loop import turn_tokens
 from trainer.train import TrainConfig, agent_config, train
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
@@ -26,12 +27,16 @@ def train_task(config: TrainConfig, held_out: list[dict] | None = None) -> list[
 
 
 @task(name="evaluate", cache_policy=NO_CACHE)
-def eval_task(model: str, questions: list[dict], k: int, max_tokens: int) -> dict:
+def eval_task(model: str, questions: list[dict], k: int, config: TrainConfig) -> dict:
+    """avg@k of ``model`` through the loop and the sampling the run trains with."""
     from pipeline.evaluate import evaluate
     from pipeline.rollout.engines import Sampling, make_engine
 
+    sampling = Sampling(
+        config.temperature, config.top_p, config.max_tokens, config.seed, config.top_k
+    )
     return evaluate(
-        make_engine(model, "transformers"), questions, k=k, sampling=Sampling(max_tokens=max_tokens)
+        make_engine(model, "transformers"), questions, k=k, config=config.agent, sampling=sampling
     )
 
 
@@ -44,12 +49,12 @@ def train_flow(
     prompts_per_step: int = 8,
     group_size: int = 8,
     lr: float = 1e-6,
-    max_tokens: int = 256,
+    max_tokens: int | None = None,
     eval_questions: list[dict] | None = None,
     eval_k: int = 4,
-    max_turns: int = 4,
+    max_turns: int | None = None,
     rollout_backend: str = "auto",
-    tools: str = "python",
+    tools: str | None = None,
     lake: str | None = None,
     eval_set: str | None = None,
     agent: AgentConfig | None = None,
@@ -57,8 +62,10 @@ def train_flow(
 ) -> dict:
     """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``; with
     held-out ``eval_questions``, average@k / maj@k / pass@k before and after training.
-    ``agent`` replaces the loop built from ``max_turns``/``tools`` and the dataset's prompt;
-    ``options``: any other ``TrainConfig`` fields (warmup_steps, use_overlong, ...)."""
+    The agent loop: ``agent``, else the one built from ``max_turns``/``tools`` and the
+    dataset's prompt, else (neither given) the loop ``model`` was trained with (its
+    agent_loop.json); ``max_tokens`` per turn likewise (default 256). ``options``: any other
+    ``TrainConfig`` fields (warmup_steps, use_overlong, ...)."""
     config = TrainConfig(
         model=model,
         dataset=dataset,
@@ -67,15 +74,15 @@ def train_flow(
         prompts_per_step=prompts_per_step,
         group_size=group_size,
         lr=lr,
-        max_tokens=max_tokens,
-        agent=agent or agent_config(dataset, max_turns, tools),
+        max_tokens=turn_tokens(model, max_tokens, 256),
+        agent=agent or agent_config(dataset, max_turns, tools, model),
         rollout_backend=rollout_backend,
         **(options or {}),
     )
-    before = eval_task(model, eval_questions, eval_k, max_tokens) if eval_questions else None
+    before = eval_task(model, eval_questions, eval_k, config) if eval_questions else None
     history = train_task(config, eval_questions if config.eval_every else None)
     after = (
-        eval_task(f"{out}/checkpoint-latest", eval_questions, eval_k, max_tokens)
+        eval_task(f"{out}/checkpoint-latest", eval_questions, eval_k, config)
         if eval_questions
         else None
     )

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from pipeline.rollout.policy_loop import write_loop
+
 if TYPE_CHECKING:
     from trainer.config import TrainConfig
 
@@ -30,10 +32,13 @@ def start_run(out: str, seed: int) -> tuple[Path, Path, bool]:
     return folder, latest, (latest / "trainer_state.pt").exists()
 
 
-def save_checkpoint(latest: Path, model, tokenizer, state: dict, step: int) -> None:
+def save_checkpoint(
+    latest: Path, model, tokenizer, state: dict, step: int, agent=None, max_tokens=None
+) -> None:
     """Write ``checkpoint-<step>`` under a temporary name, rename it into place, then point the
     ``checkpoint-latest`` symlink at it with one atomic replace; older checkpoints go last. A
-    kill at any moment leaves ``checkpoint-latest`` pointing at a complete checkpoint."""
+    kill at any moment leaves ``checkpoint-latest`` pointing at a complete checkpoint. ``agent``
+    (and ``max_tokens`` per turn): the loop the policy was trained with, kept beside it."""
     final = latest.with_name(f"checkpoint-{step}")
     tmp = latest.with_name(f".checkpoint-{step}.tmp")
     if tmp.exists():
@@ -42,6 +47,8 @@ def save_checkpoint(latest: Path, model, tokenizer, state: dict, step: int) -> N
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     torch.save(state, tmp / "trainer_state.pt")
+    if agent is not None:
+        write_loop(tmp, agent, max_tokens)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -153,6 +160,7 @@ def keep_best(best: Path, model, tokenizer, held_out: list[dict], config, step: 
         shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    write_loop(tmp, config.agent, config.max_tokens)
     (tmp / "held_out.json").write_text(
         json.dumps({"step": step, "accuracy": acc, "k": config.eval_k})
     )
@@ -188,4 +196,4 @@ def save_train_state(
         "beta": beta,
         "config": asdict(config),
     }
-    save_checkpoint(latest, model, tokenizer, state, step)
+    save_checkpoint(latest, model, tokenizer, state, step, config.agent, config.max_tokens)

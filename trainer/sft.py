@@ -2,9 +2,9 @@
 
 Each trajectory is rendered by ``pipeline.rollout.render``, the code path of the agent loop,
 so SFT trains on exactly the ids RL samples and scores; the loss is on the policy's own tokens
-only (system, question, tool results and template tokens are masked). Batches are length
-buckets (sorted by length, cut into batches, the batch order shuffled per epoch with the seed),
-so padding stays small. Starts from a local model folder, or from the nano policy: a small Qwen2
+only (system, question, tool results and template tokens are masked). Batches group examples
+of similar length and are cut anew each epoch with the seed (``LengthBatches``), so padding
+stays small and no batch repeats. Starts from a local model folder, or from the nano policy: a small Qwen2
 built from scratch with a byte-level BPE trained on the SFT texts themselves. Checkpoints hold
 model, optimizer, scheduler, RNG states and the batch cursor; a rerun resumes.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +31,6 @@ from trainer.checkpoint import (
     tensorboard,
     truncate_metrics,
 )
-from trainer.episodes import Prompts
 from trainer.logprobs import token_logprobs
 
 CURVES = ("loss", "tokens", "lr")
@@ -99,10 +99,38 @@ def examples(tokenizer, rows: list[dict], config: SFTTrainConfig) -> tuple[list[
     return out, skipped
 
 
-def buckets(n_examples: list[int], batch_size: int) -> list[list[int]]:
-    """Batches of example indices of similar length (lengths given in example order)."""
-    order = sorted(range(len(n_examples)), key=lambda i: (n_examples[i], i))
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+class LengthBatches:
+    """A seeded stream of length-grouped batches, cut anew every epoch (a resumable cursor):
+    each epoch shuffles the examples, sorts each window of ``window`` batches by length and
+    cuts it (HF's group_by_length), then shuffles the batches; so no batch repeats as it was
+    from one epoch to the next, and padding stays small."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, window: int = 50):
+        self.lengths, self.batch_size, self.seed, self.window = lengths, batch_size, seed, window
+        self.cursor = 0
+        span = batch_size * window
+        n = len(lengths)
+        self.per_epoch = (n // span) * window + -(-(n % span) // batch_size)
+
+    def epoch(self, e: int) -> list[list[int]]:
+        rng = random.Random(self.seed * 1_000_003 + e)
+        order = list(range(len(self.lengths)))
+        rng.shuffle(order)
+        span = self.batch_size * self.window
+        out = []
+        for w in range(0, len(order), span):
+            part = sorted(order[w : w + span], key=lambda i: (self.lengths[i], i))
+            out += [part[i : i + self.batch_size] for i in range(0, len(part), self.batch_size)]
+        rng.shuffle(out)
+        return out
+
+    def take(self, n: int) -> list[list[int]]:
+        got = []
+        for _ in range(n):
+            e, pos = divmod(self.cursor, self.per_epoch)
+            got.append(self.epoch(e)[pos])
+            self.cursor += 1
+        return got
 
 
 def collate(items: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -182,8 +210,8 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
         return min(1.0, (s + 1) / warm) * (0.1 + 0.9 * decay)
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-    # length buckets in a seeded per-epoch order with a resumable cursor, as GRPO's prompts
-    stream = Prompts(buckets([len(x["ids"]) for x in data], config.batch_size), config.seed)
+    # length-grouped batches cut anew each epoch, with a resumable cursor
+    stream = LengthBatches([len(x["ids"]) for x in data], config.batch_size, config.seed)
     start = 0
     if resume:
         state = torch.load(latest / "trainer_state.pt", weights_only=True)
@@ -238,4 +266,4 @@ def _save(latest, model, tokenizer, opt, sched, stream, step, config) -> None:
         "step": step,
         "config": asdict(config),
     }
-    save_checkpoint(latest, model, tokenizer, state, step)
+    save_checkpoint(latest, model, tokenizer, state, step, config.agent)

@@ -53,6 +53,48 @@ def test_sft_renders_the_ids_and_mask_the_agent_loop_produces(tiny_model, agent)
     assert (prompt, ids, mask) == (e.prompt_ids, e.response_ids, e.mask)
 
 
+@pytest.mark.parametrize("template", ["qwen2_5", "qwen3"])
+def test_sft_renders_what_the_real_template_renders_for_the_whole_conversation(
+    tiny_model, template
+):
+    """SFT's ids are the template's rendering of the recorded conversation, up to the last stop
+    token. Qwen3 writes an empty think block before the last assistant message only (once, SFT
+    left it out, so a Qwen3 policy was trained on a final turn its template never shows)."""
+    import trl.chat_template_utils as templates
+
+    from pipeline.rollout.agent import PYTHON_TOOL, head_messages
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    tok.chat_template = getattr(templates, f"{template}_chat_template")
+    agent = AgentConfig()
+    calls = [{"name": "python", "arguments": {"code": c}} for c in ("print(6 * 7)", "print(2)")]
+    recorded = [
+        {"role": "user", "content": "What is 6 times 7?"},
+        {
+            "role": "assistant",
+            "content": "Let me compute.",
+            "tool_calls": [
+                {"id": f"c{j}", "name": c["name"], "arguments": json.dumps(c["arguments"])}
+                for j, c in enumerate(calls)
+            ],
+        },
+        {"role": "tool", "content": "42\n", "tool_call_id": "c0"},
+        {"role": "tool", "content": "2\n", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "The answer is \\boxed{42}."},
+    ]
+    as_template = [
+        *head_messages(recorded[0]["content"], agent.system_prompt),
+        {**recorded[1], "tool_calls": [{"type": "function", "function": c} for c in calls]},
+        *recorded[2:],
+    ]
+    full = tok.apply_chat_template(as_template, tools=[PYTHON_TOOL], tokenize=False)
+    full = full[: full.rindex(tok.eos_token) + len(tok.eos_token)]
+    prompt, ids, mask = render(tok, recorded, agent)
+    assert prompt + ids == tok(full, add_special_tokens=False).input_ids
+    own = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])  # the policy's turns
+    assert own.count("<think>\n\n</think>\n\n") == (template == "qwen3"), own
+
+
 def _questions(n: int, seed: int) -> list[dict]:
     with Sandbox(NANO_AGENT.sandbox, 1) as box:
         rows = trajectories(tasks(n, seed=seed, levels=(1,)), box)

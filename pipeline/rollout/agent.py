@@ -21,6 +21,7 @@ holding up the other episodes. ``schedule="turns"`` keeps a barrier per turn.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from collections import deque
@@ -157,6 +158,30 @@ class ToolMessageRenderer:
         self.stop = tokenizer.eos_token or ""
         self.base = [{"role": "user", "content": "u"}, {"role": "assistant", "content": self.MARK}]
         self.added = added_tokens_pattern(tokenizer)
+
+    def last_turn_prefix(self) -> str:
+        """What the template writes before the content of a conversation's last assistant
+        message and not before an earlier one: Qwen3's empty ``<think>\n\n</think>\n\n``
+        (Qwen2.5 and the nano template: nothing). Found by difference: the dummy turn rendered
+        last, and rendered before a tool result and another turn."""
+        if not hasattr(self, "_last_prefix"):
+            render = self.tokenizer.apply_chat_template
+            last = render(self.base, tokenize=False)
+            inner = render(
+                [
+                    *self.base,
+                    {"role": "tool", "content": "t"},
+                    {"role": "assistant", "content": "e"},
+                ],
+                tokenize=False,
+            )
+            a, b = last.find(self.MARK), inner.find(self.MARK)
+            common = len(os.path.commonprefix([last[:a], inner[:b]]))
+            head_last, head_inner = last[common:a], inner[common:b]
+            self._last_prefix = (
+                head_last[len(head_inner) :] if a >= 0 and head_last.startswith(head_inner) else ""
+            )
+        return self._last_prefix
 
     def ids(self, contents: str | list[str], stopped: bool = True) -> list[int]:
         """``stopped``: the turn ended with the stop token (else the template's is added)."""

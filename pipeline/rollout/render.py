@@ -68,7 +68,7 @@ def render(
     ids: list[int] = []
     mask: list[int] = []
     results: list[str] = []
-    for m in rest[1:]:
+    for i, m in enumerate(rest[1:], start=1):
         if m["role"] == "assistant":
             if results:
                 tool = renderer.ids(results)
@@ -77,9 +77,12 @@ def render(
                 results = []
             elif ids:
                 raise NotAgentShaped("two assistant turns without tool results between them")
-            own = tokenizer(turn_text(m), add_special_tokens=False).input_ids + [
-                tokenizer.eos_token_id
-            ]
+            text = turn_text(m)
+            if i == len(rest) - 1 and "</think>" not in text:
+                # the template's last assistant message: Qwen3 writes an empty think block
+                # before it (the policy writes it too, so it is trained, mask 1)
+                text = renderer.last_turn_prefix() + text
+            own = tokenizer(text, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
             ids += own
             mask += [1] * len(own)
         elif m["role"] == "tool":

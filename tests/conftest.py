@@ -117,7 +117,7 @@ def nano_sft(tmp_path_factory, sandbox_available):
     out = tmp_path_factory.mktemp("nano-sft")
     with Sandbox(NANO_AGENT.sandbox, 2) as box:
         rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
-    hist = sft(SFTTrainConfig(out=str(out), steps=400, agent=NANO_AGENT), rows)
+    hist = sft(SFTTrainConfig(out=str(out), steps=700, agent=NANO_AGENT), rows)
     return out / "checkpoint-latest", hist
 
 
@@ -143,7 +143,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # trains a policy, runs flows in subprocesses or the mission. Marked here, in one place: by the
 # fixtures a test uses and by the modules whose every test is of that kind.
 HEAVY_FIXTURES = {
-    "nano_sft",  # trains the nano policy (SFT, 400 steps)
+    "nano_sft",  # trains the nano policy (SFT, 700 steps)
     "mission",  # the quick mission, end to end
     "harness",  # Prefect's test harness: flows and deployments for real
     "vllm_nano",  # a vLLM engine

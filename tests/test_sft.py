@@ -207,6 +207,24 @@ def test_sft_resumes_exactly(tmp_path):
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3, 4, 5, 6]
 
 
+def test_the_sft_seed_sets_the_weights_and_order_and_repeats(tmp_path):
+    """``--seed`` (flow sft, flow run) reaches the nano policy's initial weights and the batch
+    order: the same seed gives the same losses, another seed other ones."""
+    with Sandbox(NANO_AGENT.sandbox, 1) as box:
+        rows = trajectories(tasks(32, seed=1), box)
+    small = {"hidden": 32, "layers": 1, "heads": 2, "kv_heads": 1, "vocab": 300}
+
+    def losses(name: str, seed: int) -> list[float]:
+        cfg = SFTTrainConfig(
+            out=str(tmp_path / name), steps=3, batch_size=4, agent=NANO_AGENT, nano=small, seed=seed
+        )
+        return [round(h["loss"], 6) for h in sft(cfg, rows)]
+
+    a, again, other = losses("a", 0), losses("b", 0), losses("c", 1)
+    assert a == again
+    assert a[0] != other[0] and a != other
+
+
 def test_what_cannot_be_an_episode_is_named_and_a_trailing_result_is_left_out(tiny_model):
     from pipeline.rollout.render import NotAgentShaped
 

@@ -126,7 +126,7 @@ def test_memory_threads_and_time_are_bounded(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(QueryTimeout, match="time limit of 1 s"):
         query(lake, "SELECT sum(a.range * b.range) FROM range(200000) a, range(200000) b", cfg)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60  # stopped: unbounded, the cross join runs for hours
     # the memory bound on its own: under load the 1 s limit above could stop this query first
     mem = QueryConfig(memory_limit="300MB", threads=1, timeout_seconds=120)
     with pytest.raises(Exception, match="(?i)out of memory|memory limit"):

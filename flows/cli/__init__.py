@@ -1,0 +1,70 @@
+"""The ``flow`` command line: one module per group of commands, in pipeline order. Every
+command takes ``--lake ROOT`` (or ``FLOW_LAKE``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+# Prefect reads these at import: no telemetry (no network here), quiet logs under a progress bar.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# The first start of the local server migrates a fresh database: allow it more than the 20 s default.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+# vLLM must not reconfigure logging under Prefect's handlers (a deadlock: rollout/engines.py)
+os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+# torch's C++ warnings (NUMA binding at every vLLM CPU engine start) say nothing a user acts on;
+# read once when torch loads, so set before anything imports it
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+# the command modules register their commands on ``app`` in this order (``flow --help``)
+# isort: off
+from flows.cli import data, record, label, train, query, mission  # noqa: E402, F401
+
+# isort: on
+from flows.cli.common import app, err  # noqa: E402
+from pipeline import stop  # noqa: E402
+from pipeline.terminal import esc  # noqa: E402
+
+__all__ = ["app", "main"]
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM: stop at the next safe point (between records, files, batches); SIGKILL is the
+    way to stop at once. (Prefect re-delivers the signal to this handler after its own.)"""
+    stop.request()
+
+
+def main() -> None:
+    """The console script: the CLI, with a clear message when Prefect's local server cannot start."""
+    from flows.progress import set_hook
+
+    set_hook(
+        lambda event, payload: (
+            err.print(f"[yellow]{esc(payload)}[/yellow]") if event == "wait" else None
+        )
+    )
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    import logging
+
+    # vLLM's start-up warnings (no tcmalloc, thread binding, ...) say nothing a user acts on
+    logging.getLogger("vllm").setLevel(os.environ.get("FLOW_VLLM_LOG_LEVEL", "ERROR"))
+    try:
+        app()
+    except BaseException as e:
+        if stop.requested():  # whatever the stop looked like on its way out (Prefect's own
+            # TerminationSignal, Stopped, a failed flow): one clear message and 128 + SIGTERM
+            err.print(
+                "[yellow]stopped[/yellow] on SIGTERM at a safe point: what was committed stays, "
+                "what was being written was discarded; rerun to continue"
+            )
+            raise SystemExit(143) from None
+        if not isinstance(e, RuntimeError) or "ephemeral Prefect API server" not in str(e):
+            raise
+        home = os.environ.get("PREFECT_HOME", "~/.prefect")
+        err.print(
+            f"[red]error:[/red] Prefect's local server did not start ({esc(e)}).\n"
+            f"Its database lives in {esc(home)}; one written by another Prefect version cannot be migrated back. "
+            "Point PREFECT_HOME at a fresh folder (e.g. export PREFECT_HOME=$PWD/.prefect) or move the old one away."
+        )
+        raise SystemExit(1) from None

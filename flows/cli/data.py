@@ -1,0 +1,372 @@
+"""The data stages: ingest, validate, dedup, compact; the demo inputs and the formats list."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from flows.cli.common import (
+    DEMO_DIR,
+    LakeOpt,
+    _upstream,
+    app,
+    console,
+    err,
+    print_rows,
+)
+from pipeline.lake import Lake, resolve_root
+from pipeline.terminal import esc
+
+
+def _run_ingest(
+    paths: list[str],
+    lake: str,
+    source: str | None,
+    fmt: str | None,
+    force: bool,
+    eval_sets: list[str] | None = None,
+    caps: dict | None = None,
+) -> dict:
+    from flows.ingest import ingest_flow
+    from flows.progress import set_hook
+
+    progress = Progress(
+        TextColumn("[bold]ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    task_id = None
+
+    def hook(event: str, payload: Any) -> None:
+        nonlocal task_id
+        if event == "wait":
+            err.print(f"[yellow]{esc(payload)}[/yellow]")
+        elif event == "start":
+            task_id = progress.add_task("", total=payload["files"])
+        elif event == "file" and task_id is not None:
+            progress.update(task_id, advance=1, description=Path(payload["path"]).name[-40:])
+
+    set_hook(hook)
+    try:
+        with progress:
+            return ingest_flow(
+                paths=paths,
+                lake=lake,
+                source=source,
+                format=fmt,
+                force=force,
+                eval_sets=eval_sets,
+                **(caps or {}),
+            )
+    finally:
+        set_hook(None)
+
+
+def _print_ingest(result: dict) -> None:
+    """Per file for small runs; per source and format when many files were read."""
+    files = result["files"]
+    group = len(files) > 30
+    agg: dict[tuple, dict] = {}
+    for r in files:
+        key = (r["source"], r["reader"], r["status"]) if group else (r["path"],)
+        a = agg.setdefault(
+            key,
+            {
+                "files": 0,
+                "read": 0,
+                "ok": 0,
+                "quarantined": 0,
+                "traj": 0,
+                "questions": 0,
+                "attempts": 0,
+                "reasons": {},
+            },
+        )
+        a["files"] += 1
+        a["read"] += r["records_read"]
+        a["ok"] += r["accepted"]
+        a["quarantined"] += r["quarantined"]
+        a["traj"] += r["rows"].get("trajectories", 0)
+        a["questions"] += r["rows"].get("questions", 0)
+        a["attempts"] += r["rows"].get("attempts", 0)
+        for k, v in r["reasons"].items():
+            a["reasons"][k] = a["reasons"].get(k, 0) + v
+        a["_r"] = r
+    rows = []
+    for key, a in agg.items():
+        r = a.pop("_r")
+        head = (
+            {"source": key[0], "format": key[1], "status": key[2]}
+            if group
+            else {"file": Path(r["path"]).name, "format": r["reader"], "status": r["status"]}
+        )
+        rows.append(
+            head
+            | {k: v for k, v in a.items() if k != "reasons" and (group or k != "files")}
+            | {"reasons": ", ".join(f"{k}={v}" for k, v in sorted(a["reasons"].items()))}
+        )
+    print_rows(rows, title=f"ingest into {result['lake']}", max_width=36)
+    t = result["totals"]
+    console.print(
+        f"[bold]records read {t.get('records_read', 0)} = accepted {t.get('accepted', 0)} + quarantined {t.get('quarantined', 0)}[/bold]; "
+        f"rows: trajectories {t.get('trajectories', 0)}, questions {t.get('questions', 0)}, attempts {t.get('attempts', 0)}; "
+        f"files: "
+        + ", ".join(f"{k[6:]} {v}" for k, v in sorted(t.items()) if k.startswith("files_"))
+    )
+    skipped = result.get("skipped") or []
+    if skipped:
+        kinds = Counter(_kind(p) for p in skipped)
+        shown = ", ".join(esc(Path(p).name) for p in skipped[:5]) + (
+            " …" if len(skipped) > 5 else ""
+        )
+        console.print(
+            f"[yellow]{len(skipped)} file(s) skipped, not of a kind ingest reads[/yellow] "
+            f"({esc(', '.join(f'{k} {v}' for k, v in sorted(kinds.items())))}): {shown}. "
+            "Readable: .jsonl .ndjson .json .traj .parquet, optionally .gz .zst .bz2 .xz; "
+            "unpack archives (.tar.gz, .zip) first."
+        )
+
+
+def _kind(path: str) -> str:
+    name = Path(path).name.lower()
+    for suffix in (".tar.gz", ".tgz", ".tar.zst", ".tar", ".zip", ".7z", ".rar"):
+        if name.endswith(suffix):
+            return f"{suffix} archive"
+    return Path(name).suffix or "no suffix"
+
+
+@app.command()
+def ingest(
+    paths: Annotated[list[str], typer.Argument(help="Files or folders (local or fsspec URLs).")],
+    lake: LakeOpt = None,
+    source: Annotated[
+        str | None,
+        typer.Option(help="Source name for every file (default: the top folder under PATH)."),
+    ] = None,
+    format: Annotated[
+        str | None, typer.Option("--format", help="Force a reader (see `flow formats`).")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Re-ingest files already in the lake.")] = False,
+    eval_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--eval-set",
+            help="Register a question pool (dataset or dataset/split) as an evaluation set of "
+            "the lake: dedup keeps it and its near-duplicates out of training. Repeatable.",
+        ),
+    ] = None,
+    max_records_per_file: Annotated[
+        int | None,
+        typer.Option(help="Stop reading a file after this many records (the rest: one row)."),
+    ] = None,
+    max_seconds_per_file: Annotated[
+        float | None,
+        typer.Option(help="Stop reading a file after this many seconds (the rest: one row)."),
+    ] = None,
+) -> None:
+    """Ingest trace files into the lake: canonical rows, quarantine, ingest log."""
+    if format:
+        from pipeline.ingest.registry import by_name
+
+        try:
+            by_name(format)
+        except KeyError as e:
+            raise typer.BadParameter(str(e.args[0]), param_hint="--format") from None
+    try:
+        caps = {"max_records_per_file": max_records_per_file}
+        caps["max_seconds_per_file"] = max_seconds_per_file
+        result = _run_ingest(paths, resolve_root(lake), source, format, force, eval_set, caps)
+    except (FileNotFoundError, ValueError) as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    _print_ingest(result)
+    if result.get("eval_sets"):
+        console.print(
+            f"evaluation sets of this lake: {esc(', '.join(result['eval_sets']))} "
+            "(dedup keeps them out of training)"
+        )
+
+
+def _print_validate(out: dict) -> None:
+    rows = [
+        {"table": t}
+        | {
+            k: c.get(k, 0)
+            for k in ("rows", "passed", "quarantined", "flagged", "parts", "parts_skipped")
+        }
+        for t, c in out["tables"].items()
+    ]
+    print_rows(rows, title=f"validation (suite {out['suite_version']})")
+    failing = [r for r in out["rules"] if r["failed"]]
+    if failing:
+        print_rows(
+            [
+                {k: r[k] for k in ("table", "rule", "severity", "evaluated", "failed")}
+                for r in failing
+            ],
+            title="failing expectations",
+        )
+    else:
+        console.print("[green]every expectation passed on the rows validated in this run[/green]")
+    if out.get("docs_index"):
+        console.print(f"Data Docs: [bold]{esc(out['docs_index'])}[/bold]")
+
+
+@app.command()
+def validate(
+    lake: LakeOpt = None,
+    table: Annotated[
+        list[str] | None, typer.Option("--table", help="Validate only these tables (repeatable).")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option(help="Re-validate parts already validated with this suite version.")
+    ] = False,
+    max_messages: Annotated[
+        int, typer.Option(help="Warn above this many messages per trajectory.")
+    ] = 400,
+) -> None:
+    """Run the Great Expectations suites; failing rows go to quarantine with the rule's name."""
+    from flows.validate import validate_flow
+
+    bad = set(table or []) - {"trajectories", "questions", "attempts"}
+    if bad:
+        raise typer.BadParameter(f"unknown table(s) {sorted(bad)}", param_hint="--table")
+    with console.status("validating with Great Expectations…"):
+        out = validate_flow(
+            lake=resolve_root(lake), tables=table, force=force, max_messages=max_messages
+        )
+    _print_validate(out)
+
+
+def _print_dedup(out: dict) -> None:
+    c = out["counts"]
+    p = out["params"]
+    console.print(
+        f"[bold]dedup[/bold] ({p['backend']} signatures, {p['lsh']} LSH, b={p['bands']} r={p['rows']}, threshold {p['threshold']})"
+    )
+    rows = [
+        {
+            "scope": "questions (distinct ids)",
+            "in": c["questions_distinct"],
+            "kept": c["questions_kept"],
+            "exact": c["question_rows"] - c["questions_distinct"],
+            "near": c["questions_near_duplicates"],
+        },
+        {
+            "scope": "trajectories",
+            "in": c.get("trajectory_rows", 0),
+            "kept": c.get("trajectories_kept", 0),
+            "exact": c.get("trajectory_exact_duplicates", 0),
+            "near": c.get("trajectory_near_duplicates", 0),
+        },
+    ]
+    print_rows(rows)
+    console.print(
+        f"evaluation sets: {c['questions_in_eval_sets']} unique questions in one, {c['questions_contaminated']} training questions near-duplicate one; train-eligible: {c['questions_train_eligible']}"
+    )
+    for w in out.get("warnings", []):
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}")
+
+
+@app.command()
+def dedup(
+    lake: LakeOpt = None,
+    threshold: Annotated[float, typer.Option(help="Jaccard threshold for near-duplicates.")] = 0.8,
+    backend: Annotated[str, typer.Option(help="Signatures: auto | datasketch | rensa.")] = "auto",
+    lsh: Annotated[
+        str, typer.Option(help="LSH: bands (partitioned) | datasketch (MinHashLSH index).")
+    ] = "bands",
+    eval_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--eval-set", help="Registered evaluation sets (dataset or dataset/split; repeatable)."
+        ),
+    ] = None,
+) -> None:
+    """Exact and MinHash-LSH dedup across sources, and decontamination against evaluation sets."""
+    from flows.dedup import dedup_flow
+
+    if backend not in ("auto", "datasketch", "rensa") or lsh not in ("bands", "datasketch"):
+        raise typer.BadParameter("backend: auto|datasketch|rensa; lsh: bands|datasketch")
+    _upstream(lake, "dedup")
+    with console.status("deduplicating…"):
+        out = dedup_flow(
+            lake=resolve_root(lake),
+            threshold=threshold,
+            backend=backend,
+            lsh=lsh,
+            eval_sets=eval_set,
+        )
+    _print_dedup(out)
+
+
+@app.command()
+def compact(
+    lake: LakeOpt = None,
+    small_kb: Annotated[
+        int, typer.Option(help="An ingested file whose lake parts are under this many KB is small.")
+    ] = 1024,
+    bundle_mb: Annotated[int, typer.Option(help="A bundle grows to about this many MB.")] = 128,
+) -> None:
+    """Bundle the lake parts of many small ingested files into a few (fewer files to open for
+    every query and stage); queries and validation see the same rows before and after."""
+    from pipeline.compact import CompactConfig
+    from pipeline.compact import compact as run_compact
+
+    root = resolve_root(lake)
+    if not Lake(root).fs.exists(Lake(root).path("tables", "ingest_log")):
+        err.print(f"[red]error:[/red] no lake at {esc(root)} (nothing was ingested there)")
+        raise typer.Exit(2)
+    try:
+        config = CompactConfig(small_bytes=small_kb << 10, bundle_bytes=bundle_mb << 20)
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    r = run_compact(Lake(root), config)
+    if r.note:
+        console.print(esc(r.note))
+    else:
+        console.print(
+            f"compacted {r.files} ingested files into {r.bundles} bundle(s): "
+            f"{r.lake_files_before} lake files -> {r.lake_files_after}"
+        )
+    if r.removed_leftovers:
+        console.print(f"removed {r.removed_leftovers} hidden part(s) left by an earlier compaction")
+
+
+@app.command()
+def formats() -> None:
+    """List the readers, in detection order."""
+    from pipeline.ingest.registry import readers
+
+    print_rows(
+        [
+            {
+                "format": r.name,
+                "description": r.description,
+                "whole_file": r.whole_file,
+                "companion": r.companion,
+            }
+            for r in readers()
+        ],
+        max_width=90,
+    )
+
+
+@app.command()
+def demo(
+    out: Annotated[str, typer.Option(help="Folder for the demo inputs.")] = DEMO_DIR, seed: int = 0
+) -> None:
+    """Write the deterministic demo corpus."""
+    from pipeline.demo import write_demo
+
+    for p in write_demo(out, seed=seed):
+        console.print(esc(p))

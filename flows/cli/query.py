@@ -1,0 +1,152 @@
+"""Ad-hoc DuckDB queries and the trajectory viewer."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import orjson
+import typer
+
+from flows.cli.common import (
+    LakeOpt,
+    _plain,
+    app,
+    console,
+    err,
+    print_rows,
+)
+from pipeline.lake import Lake, resolve_root
+from pipeline.terminal import esc
+
+
+@app.command()
+def query(
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="A SELECT over trajectories, questions, attempts, quarantine, ingest_log."
+        ),
+    ],
+    lake: LakeOpt = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table | csv | json (JSON lines with --out) | parquet (needs --out)",
+        ),
+    ] = "table",
+    out: Annotated[
+        str | None, typer.Option(help="Write every row to this file instead of the terminal.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(help="Rows shown on the terminal (0: all); --out writes all.")
+    ] = 1000,
+    memory_limit: Annotated[
+        str,
+        typer.Option(
+            help="DuckDB memory_limit; the query's process is killed past it plus 512 MB."
+        ),
+    ] = "2GB",
+    threads: Annotated[int, typer.Option(help="DuckDB threads.")] = 2,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds before the query is stopped (its process killed).")
+    ] = 60.0,
+) -> None:
+    """Run read-only SQL over the lake with DuckDB."""
+    from pipeline.query import QueryConfig, QueryError
+    from pipeline.query_process import bounded_stream
+
+    if format not in ("table", "csv", "json", "parquet"):
+        raise typer.BadParameter("use table, csv, json or parquet", param_hint="--format")
+    if format == "parquet" and not out:
+        raise typer.BadParameter("parquet output needs --out FILE", param_hint="--format")
+    config = QueryConfig(memory_limit=memory_limit, threads=threads, timeout_seconds=timeout)
+    try:
+        batches = bounded_stream(Lake(lake), sql, config)
+        if out:
+            n = _write_result(batches, out, format)
+            err.print(f"{n} row(s) written to {esc(out)}")
+            return
+        rows, more = [], 0
+        for batch in batches:
+            if limit and len(rows) >= limit:
+                more += batch.num_rows  # counted, not kept: memory stays bounded
+                continue
+            rows += batch.to_pylist()
+        if limit and len(rows) > limit:
+            more += len(rows) - limit
+            rows = rows[:limit]
+    except QueryError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    except Exception as e:  # noqa: BLE001 - DuckDB errors are the user's SQL: show them plainly
+        err.print(f"[red]query failed:[/red] {esc(e)}")
+        raise typer.Exit(1) from None
+    print_rows(rows, format)
+    if more:
+        err.print(
+            f"[yellow]{more} more row(s) not shown[/yellow]; use --limit N (0: all), or "
+            "--format parquet --out FILE for every row"
+        )
+
+
+def _write_result(batches, out: str, fmt: str) -> int:
+    """Every row to ``out`` (temp file, then rename: a failed query leaves no partial file)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    tmp = f"{out}.tmp-{os.getpid()}"
+    n, writer = 0, None
+    try:
+        with open(tmp, "wb") as f:
+            for batch in batches:
+                if writer is None:
+                    if fmt == "parquet":
+                        writer = pq.ParquetWriter(f, batch.schema, compression="zstd")
+                    elif fmt == "csv":
+                        writer = pacsv.CSVWriter(f, batch.schema)
+                    else:
+                        writer = "json"
+                if batch.num_rows == 0:
+                    continue
+                n += batch.num_rows
+                if writer == "json":
+                    for row in batch.to_pylist():
+                        f.write(orjson.dumps({k: _plain(v) for k, v in row.items()}, default=str))
+                        f.write(b"\n")
+                else:
+                    writer.write(pa.Table.from_batches([batch]))
+            if writer not in (None, "json"):
+                writer.close()
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return n
+
+
+@app.command()
+def show(
+    trajectory_id: Annotated[
+        str, typer.Argument(help="A trajectory id or a unique prefix (>= 6 chars).")
+    ],
+    lake: LakeOpt = None,
+    max_chars: Annotated[int, typer.Option(help="Clip each text to this many characters.")] = 2000,
+) -> None:
+    """Render one trajectory: roles, reasoning, tool calls and results, reward."""
+    from pipeline.show import find_trajectory, render
+
+    try:
+        row = find_trajectory(Lake(lake), trajectory_id)
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
+    if row is None:
+        err.print(
+            f"[red]no trajectory[/red] {esc(repr(trajectory_id))} in {esc(resolve_root(lake))}"
+        )
+        raise typer.Exit(1)
+    render(row, console, max_chars=max_chars)

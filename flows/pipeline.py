@@ -31,6 +31,7 @@ from flows.runners import task_runner
 from flows.validate import validate_flow
 from pipeline.label import model_revision
 from pipeline.lake import Lake, resolve_root
+from pipeline.latest import latest_dataset, latest_sft
 from pipeline.nano import EVAL_SET
 from pipeline.report import conservation, write_report
 
@@ -40,16 +41,6 @@ DEMO_DIR = "data/demo"
 STAGES = ("ingest", "validate", "dedup", "label", "build")
 EXTRA = ("record", "train")  # stages a run names explicitly: the recorder's commit, training
 ORDER = ("record", *STAGES, "train")
-
-
-def latest_dataset(lake: Lake, name: str) -> str:
-    """The folder of the newest published version of a dataset."""
-    from pipeline.build import next_version
-
-    version = next_version(lake, name) - 1
-    if version < 1:
-        raise FileNotFoundError(f"no published version of dataset {name!r} in {lake.root}")
-    return lake.path("datasets", name, f"v{version}")
 
 
 def _read_manifest(lake: Lake, path: str) -> dict:
@@ -252,20 +243,6 @@ def demo_inputs(nano: dict | None, folder: str = DEMO_DIR) -> str:
     return folder
 
 
-def latest_sft(lk: Lake) -> str:
-    """The newest SFT policy the main job trained in this lake."""
-    runs = lk.path("runs")
-    found = sorted(
-        (p for p in (lk.fs.glob(f"{runs}/sft-*/checkpoint-latest") if lk.fs.exists(runs) else [])),
-        key=lambda p: lk.fs.info(p).get("mtime", 0),
-    )
-    if not found:
-        raise FileNotFoundError(
-            f"no SFT policy in {runs}: run the sft stage first (flow run), or pass --policy"
-        )
-    return found[-1]
-
-
 def _mission(
     inputs: list[str] | None,
     root: str,
@@ -390,7 +367,7 @@ def _mission(
                 | mission.train_options,
             )
         elif stage == "eval":
-            from flows.evaluate import held_out
+            from pipeline.evaluate.sets import held_out
 
             if not held_out(lk, mission.eval_set, 1):
                 why = (

@@ -4,43 +4,25 @@ policy RL starts from; the loss curve as an artifact."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 
-import orjson
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
-from pipeline.ids import digest
+from pipeline.build import lake_sft_rows
 from pipeline.rollout.agent import AgentConfig
-from trainer.sft import SFTTrainConfig, sft
+from trainer.sft import SFTTrainConfig, run_key, sft
 from trainer.train import agent_config
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
 
 
-def lake_rows(lake: str, system_prompt: str | None) -> list[dict]:
-    """What the SFT split of a dataset built now would hold: correct, complete, valid,
-    deduplicated trajectories, with the dataset's system prompt."""
-    from pipeline.build import BuildConfig, select_sft
-    from pipeline.lake import Lake
-
-    rows, _ = select_sft(Lake(lake), BuildConfig(system_prompt=system_prompt))
-    return rows
-
-
-def run_key(rows: list[dict], config: SFTTrainConfig) -> str:
-    """A run folder per (data, config): the same data and config resume (or find the run
-    done); new trajectories in the lake start a new run."""
-    blob = {"rows": sorted(r["record_id"] for r in rows)} | asdict(replace(config, out=""))
-    return digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
-
-
 @task(name="sft", cache_policy=NO_CACHE)
 def sft_task(config: SFTTrainConfig, lake: str | None = None) -> dict:
-    rows = lake_rows(lake, config.agent.system_prompt) if lake else None
+    rows = lake_sft_rows(lake, config.agent.system_prompt) if lake else None
     if rows is not None and not rows:
         raise ValueError(f"no correct, complete trajectory in the lake {lake} to fine-tune on")
     if lake:

@@ -181,6 +181,13 @@ def select_sft(lake: Lake, config: BuildConfig) -> tuple[list[dict], dict[str, i
     return rows, dict(sorted(dropped.items()))
 
 
+def lake_sft_rows(lake: str, system_prompt: str | None) -> list[dict]:
+    """What the SFT split of a dataset built now would hold: correct, complete, valid,
+    deduplicated trajectories, with the dataset's system prompt (SFT straight from the lake)."""
+    rows, _ = select_sft(Lake(lake), BuildConfig(system_prompt=system_prompt))
+    return rows
+
+
 def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     """Select, shard, export and publish a new dataset version; returns the manifest. When the
     result equals the newest version (bytes, config, lineage), that version is returned with

@@ -15,7 +15,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -68,6 +68,17 @@ class SFTTrainConfig:
     def __post_init__(self) -> None:
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"schedule must be cosine or constant, not {self.schedule!r}")
+
+
+def run_key(rows: list[dict], config: SFTTrainConfig) -> str:
+    """A run folder per (data, config): the same data and config resume (or find the run
+    done); new trajectories in the lake start a new run."""
+    import orjson
+
+    from pipeline.ids import digest
+
+    blob = {"rows": sorted(r["record_id"] for r in rows)} | asdict(replace(config, out=""))
+    return digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
 
 
 def load_rows(dataset: str) -> list[dict]:

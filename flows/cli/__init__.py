@@ -19,7 +19,7 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 # the command modules register their commands on ``app`` in this order (``flow --help``)
 # isort: off
-from flows.cli import data, record, label, train, query, mission  # noqa: E402, F401
+from flows.cli import data, record, label, train, model, query, mission  # noqa: E402, F401
 
 # isort: on
 from flows.cli.common import app, err  # noqa: E402

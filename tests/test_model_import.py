@@ -51,8 +51,7 @@ def test_the_imported_folder_computes_what_the_gguf_model_computes(smollm2):
          '{"code": "print(62 * 59)"}}\n</tool_call>'},
         {"role": "tool", "content": "3658"},
     ]  # fmt: skip
-    ids = tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True)
-    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    ids = _ids(tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True))
     assert ids == _ids(
         ref_tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True)
     )

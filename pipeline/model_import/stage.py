@@ -88,7 +88,7 @@ def probe_ids(tokenizer, text: str):
     messages = [{"role": "user", "content": text}]
     if tokenizer.chat_template:
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        ids = ids["input_ids"] if hasattr(ids, "keys") else ids  # a BatchEncoding in transformers 5
     else:
         ids = tokenizer(text).input_ids
     import torch

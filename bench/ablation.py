@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline.demo.nano import split, tasks, trajectories
 from pipeline.evaluate import evaluate
-from pipeline.nano import split, tasks, trajectories
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling, TransformersEngine
 from pipeline.sandbox import Sandbox

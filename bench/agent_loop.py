@@ -52,7 +52,7 @@ class WaitingTools:
 def nano_policy(out: Path, steps: int) -> Path:
     """SFT from scratch on solver trajectories that make one or two calls (direct, recovery
     after a failed call, verify after the result): episodes of 2-3 turns."""
-    from pipeline.nano import solve, tasks
+    from pipeline.demo.nano import solve, tasks
     from trainer.sft import SFTTrainConfig, sft
 
     rows = []
@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--sft-steps", type=int, default=600)
     a = ap.parse_args()
-    from pipeline.nano import tasks
+    from pipeline.demo.nano import tasks
 
     t0 = time.perf_counter()
     policy = a.policy or str(nano_policy(Path(tempfile.mkdtemp(prefix="nano-")), a.sft_steps))

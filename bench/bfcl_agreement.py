@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=96)
     a = ap.parse_args()
-    from pipeline.rollout.tiny_model import build_tiny_model
+    from pipeline.demo.tiny_model import build_tiny_model
 
     policy = a.policy or str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
     engine = make_engine(policy, a.backend)

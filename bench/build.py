@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from pipeline.build import _shards
-from pipeline.select import SelectConfig, select
+from pipeline.build.select import SelectConfig, select
+from pipeline.build.stage import _shards
 from schemas import RL_ROWS as RL_SCHEMA
 
 

@@ -55,7 +55,7 @@ def stage_reached(lake: Path) -> str:
 
 def reader(lake: Path, stop: threading.Event, errors: list[str], reads: Counter) -> None:
     from pipeline.lake import Lake
-    from pipeline.query import connect
+    from pipeline.lake.query import connect
 
     while not stop.is_set():
         if not (lake / "tables").exists():

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.ingest.stage import discover  # noqa: E402
 from pipeline.lake import Lake  # noqa: E402
-from pipeline.query import query  # noqa: E402
+from pipeline.lake.query import query  # noqa: E402
 from tests.harness import (  # noqa: E402
     COMPRESSED,
     MUTATIONS,

@@ -68,7 +68,7 @@ def noisy(judge, p: float):
 
 
 def questions(n: int, seed: int) -> list[dict]:
-    from pipeline.nano import tasks
+    from pipeline.demo.nano import tasks
 
     return [
         {"question_id": f"q{seed}-{i}", "question": t.question, "ground_truth": str(t.answer),
@@ -107,7 +107,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-lambda-"))
     policy = args.policy
     if not policy:
-        from pipeline.nano import tasks, trajectories
+        from pipeline.demo.nano import tasks, trajectories
         from trainer.sft import SFTTrainConfig, sft
 
         with Sandbox(AGENT.sandbox, 2) as box:

@@ -78,7 +78,7 @@ def main() -> None:
 
     from flows.pipeline import pipeline_flow
     from pipeline.lake import Lake
-    from pipeline.query import query
+    from pipeline.lake.query import query
 
     @flow
     def warmup() -> int:

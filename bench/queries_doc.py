@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline.ingest import ingest
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

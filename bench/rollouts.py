@@ -17,9 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline.demo.tiny_model import build_tiny_model  # noqa: E402
 from pipeline.rollout.agent import AgentConfig, run_episodes  # noqa: E402
 from pipeline.rollout.engines import ScriptedEngine  # noqa: E402
-from pipeline.rollout.tiny_model import build_tiny_model  # noqa: E402
 from pipeline.sandbox import Sandbox  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import argparse
 import random
 import time
 
-from pipeline.select import SelectConfig, select
+from pipeline.build.select import SelectConfig, select
 
 VALUES = {
     "domain": ["math", "code", "qa", "tools", "search", "science"],

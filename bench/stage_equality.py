@@ -33,7 +33,7 @@ def main() -> None:
     from pipeline.ingest import IngestConfig, ingest
     from pipeline.label import label
     from pipeline.lake import Lake
-    from pipeline.query import query
+    from pipeline.lake.query import query
     from pipeline.validate import ValidateConfig, validate
     from schemas import TABLES
 

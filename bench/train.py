@@ -17,8 +17,8 @@ import time
 
 import torch
 
+from pipeline.demo.tiny_model import build_tiny_model
 from pipeline.rollout.agent import AgentConfig
-from pipeline.rollout.tiny_model import build_tiny_model
 from trainer.logprobs import token_logprobs
 from trainer.loss import grpo_tcr_loss
 from trainer.train import TrainConfig, train

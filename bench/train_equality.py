@@ -26,8 +26,8 @@ def main() -> None:
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
+    from pipeline.demo.tiny_model import build_tiny_model
     from pipeline.rollout.agent import AgentConfig
-    from pipeline.rollout.tiny_model import build_tiny_model
     from trainer.train import TrainConfig, train
 
     ap = argparse.ArgumentParser()

@@ -9,12 +9,12 @@ from prefect.artifacts import create_markdown_artifact
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
+from pipeline.build.select import SelectConfig
+from pipeline.build.sft import SFTConfig
 from pipeline.diversity.config import DIMENSIONS, DiversityConfig
 from pipeline.exports import ExportConfig
 from pipeline.lake import Lake
-from pipeline.profile import SFTConfig
 from pipeline.rollout.agent import SYSTEM
-from pipeline.select import SelectConfig
 
 
 def markdown(m: dict) -> str:

@@ -2,7 +2,7 @@
 
 A stage task is keyed on ``INPUTS + TASK_SOURCE`` where the inputs are the lake root, the stage
 config, the content fingerprint of the tables it reads and the hash of the stage code
-(``pipeline.fingerprint``): never on DataFrames. A hit is trusted only if the tables the stage
+(``pipeline.lake.fingerprint``): never on DataFrames. A hit is trusted only if the tables the stage
 owns still hash as they did when the result was stored; otherwise the stage runs again (a lake
 that was deleted or edited since is never served from cache). Stages are incremental inside too,
 so a run killed halfway resumes from its last committed unit of work.
@@ -18,8 +18,14 @@ from prefect.cache_policies import INPUTS, TASK_SOURCE
 from prefect.tasks import exponential_backoff
 
 from flows.local_server import install as install_server_watchdog
-from pipeline.fingerprint import OWNS, READS, code_version, dataset_fingerprint, tables_fingerprint
 from pipeline.lake import Lake
+from pipeline.lake.fingerprint import (
+    OWNS,
+    READS,
+    code_version,
+    dataset_fingerprint,
+    tables_fingerprint,
+)
 from pipeline.transient import is_transient
 
 install_server_watchdog()  # every stage flow imports this module: their local server dies with us

@@ -15,8 +15,8 @@ from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached, stage_
 from flows.progress import locked, log_upstream, report
 from pipeline.dedup import DedupConfig, DedupResult, dedup
 from pipeline.dedup.stage import run_signature_job, signature_jobs
-from pipeline.fingerprint import code_version
 from pipeline.lake import Lake
+from pipeline.lake.fingerprint import code_version
 
 
 @task(

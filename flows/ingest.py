@@ -15,7 +15,6 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.caching import RETRIES
 from flows.progress import locked, report
-from pipeline.eval_sets import register as register_eval_sets
 from pipeline.ingest.stage import (
     FileReport,
     IngestConfig,
@@ -27,6 +26,7 @@ from pipeline.ingest.stage import (
     skipped_files,
 )
 from pipeline.lake import Lake
+from pipeline.lake.eval_sets import register as register_eval_sets
 
 
 def _as_dict(r: FileReport) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pipeline.nano import EVAL_SET
+from pipeline.demo.nano import EVAL_SET
 from pipeline.rollout.agent import AgentConfig
 
 STAGES = ("ingest", "validate", "dedup", "sft", "label", "build", "train", "eval")
@@ -33,7 +33,7 @@ class MissionConfig:
     """Sizes and settings of the whole run; the defaults are the laptop demo (minutes on CPU)."""
 
     demo_dir: str = "data/demo"  # the demo corpus with the nano family, written when missing
-    # the nano family written into the demo corpus (pipeline.nano.write_nano's arguments)
+    # the nano family written into the demo corpus (pipeline.demo.nano.write_nano's arguments)
     nano: dict = field(default_factory=lambda: {"n_solved": 1800, "n_pool": 1800, "n_eval": 64})
     agent: AgentConfig = field(default_factory=nano_agent)
     sft_steps: int = 3000  # 2,000 left the copy jump at the cosine tail (docs/training.md)

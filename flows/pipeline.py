@@ -29,10 +29,10 @@ from flows.mission import MissionConfig
 from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
+from pipeline.demo.nano import EVAL_SET
 from pipeline.label import model_revision
 from pipeline.lake import Lake, resolve_root
-from pipeline.latest import latest_dataset, latest_sft
-from pipeline.nano import EVAL_SET
+from pipeline.lake.latest import latest_dataset, latest_sft
 from pipeline.report import conservation, write_report
 
 DEMO_DIR = "data/demo"
@@ -235,7 +235,7 @@ def demo_inputs(nano: dict | None, folder: str = DEMO_DIR) -> str:
     if not Path(folder).exists():
         write_demo(folder)
     if nano is not None and not Path(folder, "questions", EVAL_SET).exists():
-        from pipeline.nano import write_nano
+        from pipeline.demo.nano import write_nano
         from pipeline.sandbox import Sandbox
 
         with Sandbox(MissionConfig().agent.sandbox, 2) as box:
@@ -259,7 +259,7 @@ def _mission(
     from flows.evaluate import eval_flow
     from flows.sft import sft_flow
     from flows.train import train_flow
-    from pipeline.eval_sets import pools, register
+    from pipeline.lake.eval_sets import pools, register
     from pipeline.rollout.engines import Sampling
 
     todo = list(stages or MISSION_STAGES)
@@ -409,7 +409,7 @@ def _train_key(policy: str, mission: MissionConfig) -> str:
     same key is resumed (nothing to do); another policy or lr starts its own run."""
     import orjson
 
-    from pipeline.ids import digest
+    from pipeline.lake.ids import digest
 
     blob = {
         "revision": model_revision(policy),

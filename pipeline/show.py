@@ -10,7 +10,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from pipeline.terminal import clean
 
 STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}

@@ -9,7 +9,7 @@ warnings when part of the lake is left out.
 from __future__ import annotations
 
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 
 NEEDS = {"dedup": 1, "label": 2, "build": 3}  # how far up the chain each stage looks
 

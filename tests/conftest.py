@@ -121,7 +121,7 @@ def write(path: Path, data: str | bytes) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A random-weight Qwen2 + ChatML tokenizer with tool calling, built locally (no download)."""
-    from pipeline.rollout.tiny_model import build_tiny_model
+    from pipeline.demo.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-qwen2")))
 
@@ -136,7 +136,7 @@ def nano_sft(tmp_path_factory, sandbox_available):
     """The nano policy from scratch, SFT on 1,000 solver trajectories whose tool outputs came
     from the sandbox: (checkpoint, SFT metrics). It writes real tool calls and reads their
     results into its answers."""
-    from pipeline.nano import tasks, trajectories
+    from pipeline.demo.nano import tasks, trajectories
     from pipeline.sandbox import Sandbox
     from trainer.sft import SFTTrainConfig, sft
 

@@ -23,7 +23,7 @@ from pipeline.ingest.containers import iter_records, sniff_container
 from pipeline.ingest.registry import detect
 from pipeline.ingest.stage import FileReport, discover
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 
 
 def sample_records(*folders: Path) -> dict[str, tuple[str, bytes]]:

@@ -114,7 +114,7 @@ def test_the_live_stats_of_two_ranks_merge_into_one_pyramid_and_entropy():
 def _nano_pool() -> list[dict]:
     """Four one-product questions the nano policy was trained on the like of, and four
     three-number word problems it never saw; all labelled 4/8."""
-    from pipeline.nano import tasks
+    from pipeline.demo.nano import tasks
 
     return [
         {"question_id": f"L{t.level}-{i}", "question": t.question, "ground_truth": str(t.answer),
@@ -203,7 +203,7 @@ def test_on_a_dataset_built_from_the_shared_data_the_sampler_starts_from_the_bui
     import pyarrow.dataset as pads
 
     from pipeline.build import BuildConfig, build
-    from pipeline.select import SelectConfig
+    from pipeline.build.select import SelectConfig
 
     lake, _ = shared_dataset
     own = SelectConfig(targets=(0.2, 0.5, 0.3), hard_max=0.25, easy_min=0.75)

@@ -15,7 +15,7 @@ from pipeline.ingest.readers.base import Context
 from pipeline.ingest.registry import readers
 from pipeline.ingest.stage import _rows
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from tests.conftest import PINNED, write
 
 GOOD = {

@@ -228,7 +228,7 @@ def test_a_bfcl_style_rl_run_labels_builds_trains_and_exports_for_trl(tiny_model
     from pipeline.ingest import IngestConfig, ingest
     from pipeline.label import LabelConfig, label
     from pipeline.lake import Lake
-    from pipeline.query import query
+    from pipeline.lake.query import query
     from pipeline.rollout.agent import AgentConfig
     from pipeline.rollout.engines import Sampling, ScriptedEngine
     from pipeline.validate import ValidateConfig, validate

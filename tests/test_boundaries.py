@@ -20,7 +20,7 @@ from flows.cli import app
 from pipeline.demo import write_demo
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.lake import Lake
-from pipeline.query import QueryConfig, QueryError, QueryTimeout, check_read_only, query
+from pipeline.lake.query import QueryConfig, QueryError, QueryTimeout, check_read_only, query
 from tests.conftest import PINNED, REPO
 from tests.harness import prefect_servers_of
 

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from pipeline.build import BuildConfig, build, check_name
-from pipeline.select import SelectConfig, difficulty, select
+from pipeline.build.select import SelectConfig, difficulty, select
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +168,7 @@ def test_exports_load_with_hugging_face_datasets(built):
 def test_a_format_without_a_recorded_outcome_is_judged_against_the_ground_truth():
     """Hermes and ShareGPT record no outcome: the final answer is verified against the
     question's ground truth, so right answers reach the SFT split and wrong ones do not."""
-    from pipeline.profile import features
+    from pipeline.diversity.behaviour import features
 
     msgs = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "\\boxed{4}"}]
     right = features(msgs, "\\boxed{4}", None, None, "4", "integer")

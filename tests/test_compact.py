@@ -10,10 +10,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from flows.cli import app
-from pipeline.compact import BUNDLE_PREFIX, CompactConfig, compact
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.compact import BUNDLE_PREFIX, CompactConfig, compact
+from pipeline.lake.query import query
 from pipeline.validate import ValidateConfig, validate
 from tests.conftest import PINNED
 
@@ -91,7 +91,7 @@ def test_a_changed_member_is_superseded_without_duplicates(tmp_path):
 def test_a_compaction_cut_short_leaves_one_consistent_view(tmp_path, monkeypatch):
     """Killed after the bundle's switch but before the members' parts were deleted: readers see
     the bundle only; the next compaction removes the hidden leftovers."""
-    import pipeline.compact as c
+    import pipeline.lake.compact as c
 
     inputs = _inputs(tmp_path / "in", 12)
     lake = Lake(str(tmp_path / "lake"))

@@ -24,7 +24,7 @@ from pipeline.dedup.minhash import DatasketchBackend, RensaBackend, exact_jaccar
 from pipeline.dedup.shingles import shingle_hash, shingles
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from pipeline.validate import ValidateConfig, validate
 from tests.conftest import PINNED, write
 

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from pipeline.build import BuildConfig, build
+from pipeline.build.select import SelectConfig, select
 from pipeline.diversity.config import DIMENSIONS, DiversityConfig
-from pipeline.query import query
-from pipeline.select import SelectConfig, select
+from pipeline.lake.query import query
 
 runner = CliRunner()
 TWO = DiversityConfig(dimensions=("domain", "tool_pattern"), target_bits=1.0)

@@ -68,7 +68,7 @@ def test_pass_at_j_intervals_slices_and_agent_metrics_are_recorded(tiny_model, t
     slice per domain; the record round-trips through the evals table, interval included."""
     from pipeline.evaluate import record, recorded
     from pipeline.lake import Lake
-    from pipeline.query import query
+    from pipeline.lake.query import query
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
 

@@ -15,14 +15,14 @@ import duckdb
 import pytest
 
 from pipeline.build import BuildConfig, build
+from pipeline.build.sft import SFTConfig
 from pipeline.dedup import dedup
 from pipeline.demo import write_demo
 from pipeline.exports import ExportConfig, trl
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.label import label
 from pipeline.lake import Lake
-from pipeline.profile import SFTConfig
-from pipeline.query import query
+from pipeline.lake.query import query
 from pipeline.rollout.agent import SYSTEM
 from pipeline.validate import ValidateConfig, validate
 from tests.conftest import PINNED

@@ -114,7 +114,7 @@ def test_validation_of_mutated_records_never_raises_and_counts_add_up(
 ):
     from pipeline.ingest import IngestConfig, ingest
     from pipeline.lake import Lake
-    from pipeline.query import query
+    from pipeline.lake.query import query
     from pipeline.validate import ValidateConfig, validate
 
     folder = tmp_path_factory.mktemp("validate-fuzz")
@@ -138,7 +138,7 @@ def test_validation_of_mutated_records_never_raises_and_counts_add_up(
 def test_a_100_mb_record_is_quarantined_with_its_size_and_the_next_one_still_read(tmp_path):
     from pipeline.ingest import IngestConfig, ingest
     from pipeline.lake import Lake
-    from pipeline.query import query
+    from pipeline.lake.query import query
 
     path = tmp_path / "huge.jsonl"
     ok = json.dumps(

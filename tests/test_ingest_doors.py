@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from tests.test_boundaries import run_measured
 
 runner = CliRunner()

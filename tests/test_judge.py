@@ -111,7 +111,7 @@ def _scripted_judge(tokenizer, score: str, critique: str = "Check the product wi
 
 
 def _nano_pool(n: int) -> list[dict]:
-    from pipeline.nano import tasks
+    from pipeline.demo.nano import tasks
 
     return [
         {
@@ -203,13 +203,13 @@ def test_sft_rows_filtered_and_weighted_by_the_judges_score(tmp_path):
     from transformers import AutoTokenizer
 
     from pipeline.build import BuildConfig, build
+    from pipeline.build.sft import SFTConfig
     from pipeline.dedup.stage import dedup
+    from pipeline.demo.tiny_model import build_tiny_model
     from pipeline.judge.config import JudgeConfig
     from pipeline.judge.judge import Judge
     from pipeline.judge.stage import judge_lake
-    from pipeline.profile import SFTConfig
     from pipeline.rollout.engines import ScriptedEngine
-    from pipeline.rollout.tiny_model import build_tiny_model
 
     tok = AutoTokenizer.from_pretrained(build_tiny_model(tmp_path / "tiny", layers=1))
     verdict = {"12": "<score>0.9</score>", "13": "<score>0.2</score>", "14": "<score>high</score>"}

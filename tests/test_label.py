@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.dedup import dedup
 from pipeline.label import LabelConfig, label
-from pipeline.query import query
+from pipeline.lake.query import query
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
 from pipeline.validate import ValidateConfig, validate
@@ -107,9 +107,9 @@ def test_the_judges_scores_of_the_rollouts_are_labellings_extra_signal(labelled,
     judgements and rollouts tables, right and wrong rollouts apart."""
     from transformers import AutoTokenizer
 
+    from pipeline.build.select import SelectConfig, pass_rate_bin
     from pipeline.judge.stage import judge_lake
     from pipeline.label import judge_signal
-    from pipeline.select import SelectConfig, pass_rate_bin
     from tests.test_judge import _scripted_judge
 
     lake, _ = labelled

@@ -13,7 +13,7 @@ import fsspec
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.ingest import registry as reg
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from tests.conftest import PINNED, write
 
 CHAT = {"messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]}

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from pipeline.sandbox import run_python
 
 pytestmark = pytest.mark.usefixtures("sandbox_available")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from flows.cli import app
 from pipeline.demo import write_demo
 from pipeline.lake import Lake
-from pipeline.query import QueryError, check_read_only, query
+from pipeline.lake.query import QueryError, check_read_only, query
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.query import query
+from pipeline.lake.query import query
 
 
 def q(lake, sql: str) -> list[dict]:

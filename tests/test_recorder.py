@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from pipeline.demo.tiny_model import CHAT_TEMPLATE
 from pipeline.lake import Lake
 from pipeline.recorder.calls import StreamAssembler, call_record
 from pipeline.recorder.config import CommitConfig
@@ -26,7 +27,6 @@ from pipeline.recorder.errors import InstanceBusy
 from pipeline.recorder.stage import commit
 from pipeline.recorder.wal import WAL, read_log, segments
 from pipeline.rollout.agent import PYTHON_TOOL
-from pipeline.rollout.tiny_model import CHAT_TEMPLATE
 from tests.conftest import NANO_AGENT, require_vllm
 from tests.harness import free_port, stop_group, wait_http
 
@@ -497,7 +497,7 @@ def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
     import openai
 
     from pipeline.dedup.stage import dedup
-    from pipeline.query import connect
+    from pipeline.lake.query import connect
     from pipeline.sandbox import Sandbox
     from pipeline.validate.stage import validate
 
@@ -635,7 +635,7 @@ def test_kill_9_of_the_proxy_loses_no_acknowledged_call(upstream, tmp_path):
     proxy.stop()
     assert before >= 20 and len(acked) >= 40 and failed >= 1, (before, len(acked), failed)
     res = commit(Lake(str(lake)), CommitConfig(flush=True))
-    from pipeline.query import connect
+    from pipeline.lake.query import connect
 
     stored = [
         r[0]
@@ -678,7 +678,7 @@ def test_the_openai_client_wrapper_records_without_a_proxy(upstream, sandbox_ava
     log.close()
     res = commit(Lake(str(lake)), CommitConfig())
     assert res.episodes_committed == 3 and res.calls_read == res.calls_committed
-    from pipeline.query import connect
+    from pipeline.lake.query import connect
 
     rows = (
         connect(Lake(str(lake)))
@@ -700,7 +700,7 @@ def test_a_served_judge_fills_the_judgements_table(upstream, tmp_path, monkeypat
     from pipeline.judge.config import JudgeConfig
     from pipeline.judge.judge import Judge
     from pipeline.judge.stage import judge_lake
-    from pipeline.query import connect
+    from pipeline.lake.query import connect
     from tests.test_judge import _lake_with_trajectories
 
     monkeypatch.setenv("JUDGE_KEY", KEY)

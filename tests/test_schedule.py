@@ -27,7 +27,7 @@ def call(code: str) -> str:
 
 
 def held_out(n: int, seed: int = 99) -> list[dict]:
-    from pipeline.nano import tasks
+    from pipeline.demo.nano import tasks
 
     return [
         {"question_id": f"h{i}", "question": t.question, "ground_truth": str(t.answer)}
@@ -209,9 +209,9 @@ def test_engine_requests_and_tool_calls_stay_within_their_bounds(tok):
 def nano_lake(tmp_path_factory):
     """A lake of 24 nano training questions, validated and deduplicated."""
     from pipeline.dedup import dedup
+    from pipeline.demo.nano import TRAIN_POOL, split
     from pipeline.ingest import IngestConfig, ingest
     from pipeline.lake import Lake
-    from pipeline.nano import TRAIN_POOL, split
     from pipeline.validate import ValidateConfig, validate
 
     src = tmp_path_factory.mktemp("nano-src")
@@ -237,7 +237,7 @@ def _copy(lake, tmp_path, name: str):
 
 
 def _labels(lake) -> tuple[list, list]:
-    from pipeline.query import query
+    from pipeline.lake.query import query
 
     labels = query(
         lake,

@@ -8,7 +8,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from pipeline.nano import tasks, trajectories
+from pipeline.demo.nano import tasks, trajectories
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling, ScriptedEngine, TransformersEngine
 from pipeline.rollout.render import render

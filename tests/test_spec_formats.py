@@ -7,7 +7,7 @@ import json
 
 from pipeline.ingest import IngestConfig, ingest
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from tests.conftest import PINNED, write
 
 WEATHER = {

@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from pipeline.demo.tiny_model import build_tiny_model
 from pipeline.rollout.agent import AgentConfig
-from pipeline.rollout.tiny_model import build_tiny_model
 from trainer.train import TrainConfig, train
 
 PROMPTS = [{"question_id": f"q{i}", "question": f"Say something about {i}."} for i in range(16)]

@@ -14,7 +14,7 @@ import pytest
 from pipeline.ingest.normalize import attempt_row, question_row, trajectory_row
 from pipeline.ingest.records import AttemptRec, QuestionRec, TrajectoryRec
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 from pipeline.validate import ValidateConfig, validate
 from schemas import SCHEMA_VERSION, TABLES
 from schemas.expectations import Limits, rules_for

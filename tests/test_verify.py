@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pipeline.answers import gsm8k_final, normalize_answer
 from pipeline.verify import calls_match, parse_calls, verify
+from pipeline.verify.ground_truth import gsm8k_final, normalize_answer
 
 
 def test_agrees_with_gsm8k_model_solution_labels(shared):

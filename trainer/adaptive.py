@@ -30,15 +30,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.build.select import BINS, SelectConfig, difficulty
 from pipeline.diversity.measure import bits_of_counts
-from pipeline.select import BINS, SelectConfig, difficulty
 
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
     window: int = 2  # groups a question's tracked pass rate averages over (the label is the first)
     targets: tuple[float, float, float] = (0.3, 0.5, 0.2)  # easy, medium, hard: the paper's
-    hard_max: float = 0.3  # the bins of pipeline.select (the dataset's own when it has them)
+    hard_max: float = 0.3  # the bins of pipeline.build.select (the dataset's own when it has them)
     easy_min: float = 0.7
     backoff_steps: int = 2
     max_backoff_steps: int = 64

@@ -75,7 +75,7 @@ def run_key(rows: list[dict], config: SFTTrainConfig) -> str:
     done); new trajectories in the lake start a new run."""
     import orjson
 
-    from pipeline.ids import digest
+    from pipeline.lake.ids import digest
 
     blob = {"rows": sorted(r["record_id"] for r in rows)} | asdict(replace(config, out=""))
     return digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
@@ -171,7 +171,7 @@ def sft_loss(model, ids, attn, labels, chunk: int = 512) -> tuple[torch.Tensor, 
 
 def nano_policy(out: Path, rows: list[dict], config: SFTTrainConfig) -> Path:
     """A from-scratch Qwen2 and a BPE trained on the SFT texts (questions, turns, tool results)."""
-    from pipeline.rollout.tiny_model import CORPUS, build_tiny_model
+    from pipeline.demo.tiny_model import CORPUS, build_tiny_model
 
     texts = list(CORPUS)
     for r in rows[:5000]:

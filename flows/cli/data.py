@@ -318,8 +318,8 @@ def compact(
 ) -> None:
     """Bundle the lake parts of many small ingested files into a few (fewer files to open for
     every query and stage); queries and validation see the same rows before and after."""
-    from pipeline.compact import CompactConfig
-    from pipeline.compact import compact as run_compact
+    from pipeline.lake.compact import CompactConfig
+    from pipeline.lake.compact import compact as run_compact
 
     root = resolve_root(lake)
     if not Lake(root).fs.exists(Lake(root).path("tables", "ingest_log")):

@@ -74,7 +74,7 @@ def judge(
 
 
 def _print_label(out: dict) -> None:
-    from pipeline.select import SelectConfig, pass_rate_bin
+    from pipeline.build.select import SelectConfig, pass_rate_bin
 
     console.print(f"[bold]label[/bold] {esc(out['stats'])}")
     hist: dict[str, list] = {}
@@ -82,7 +82,7 @@ def _print_label(out: dict) -> None:
         hist.setdefault(h["label_source"], []).append(h)
     for src, rows in hist.items():
         buckets = {"all wrong": 0, "hard": 0, "medium": 0, "easy": 0, "all right": 0}
-        for h in rows:  # the bins `flow build` balances (pipeline.select.pass_rate_bin)
+        for h in rows:  # the bins `flow build` balances (pipeline.build.select.pass_rate_bin)
             buckets[pass_rate_bin(h["pass_rate"], SelectConfig())] += h["questions"]
         console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
     if "judge" in out:
@@ -274,9 +274,9 @@ def build(
 
     if tool_arguments not in TOOL_ARGUMENTS:
         raise typer.BadParameter(" | ".join(TOOL_ARGUMENTS), param_hint="--tool-arguments")
+    from pipeline.build.select import SelectConfig
     from pipeline.diversity.config import DiversityConfig
     from pipeline.diversity.errors import DiversityError
-    from pipeline.select import SelectConfig
 
     dims = [d.strip() for d in diversity_dimensions.split(",")] if diversity_dimensions else None
     try:  # the configs' own checks, before any work

@@ -70,7 +70,7 @@ def run(
     from flows.progress import set_hook
     from flows.runners import RUNNERS
     from pipeline.build import check_name
-    from pipeline.query import query as run_query
+    from pipeline.lake.query import query as run_query
 
     if runner not in RUNNERS:
         raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")

@@ -55,8 +55,8 @@ def query(
     ] = 60.0,
 ) -> None:
     """Run read-only SQL over the lake with DuckDB."""
-    from pipeline.query import QueryConfig, QueryError
-    from pipeline.query_process import bounded_stream
+    from pipeline.lake.query import QueryConfig, QueryError
+    from pipeline.lake.query_process import bounded_stream
 
     if format not in ("table", "csv", "json", "parquet"):
         raise typer.BadParameter("use table, csv, json or parquet", param_hint="--format")

@@ -40,10 +40,10 @@ from pipeline.dedup.lsh import (
 )
 from pipeline.dedup.minhash import backend as make_backend
 from pipeline.dedup.minhash import estimated_jaccard, exact_jaccard, pair_jaccard
-from pipeline.eval_sets import registered
-from pipeline.ids import digest
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.eval_sets import registered
+from pipeline.lake.ids import digest
+from pipeline.lake.query import query
 
 DEFAULT_EVAL_SETS = ("aime2024", "aime2025", "amc2023", "math500", "gsm8k/test")
 

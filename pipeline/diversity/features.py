@@ -1,6 +1,6 @@
 """The feature store: per unique question, the features its diversity is measured on, from the
 question itself (domain, source, tool pattern) and from the behaviour of its recorded
-trajectories and live rollouts (``pipeline.profile.features``): reactive or deliberative, how
+trajectories and live rollouts (``pipeline.diversity.behaviour.features``): reactive or deliberative, how
 many calls, error recovery, verification, response length.
 
 Categorical values are strings so every dimension counts alike; ``unknown`` means the question
@@ -16,9 +16,9 @@ from collections import Counter, defaultdict
 
 import pyarrow as pa
 
+from pipeline.diversity.behaviour import features
 from pipeline.lake import Lake
-from pipeline.profile import features
-from pipeline.query import query
+from pipeline.lake.query import query
 from schemas import QUESTION_FEATURES
 
 QUESTIONS_SQL = """

@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import orjson
 
-from pipeline.ids import digest
 from pipeline.lake import Lake
+from pipeline.lake.ids import digest
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
 
@@ -41,8 +41,8 @@ def held_out(lake: Lake, eval_set: str, limit: int | None) -> list[dict]:
     """An evaluation set's questions in a stable order (``dataset``, ``dataset/split``, or a
     ``prefix*`` of datasets: ``bfcl_*``), with what the breakdowns need: domain, dataset, and
     the difficulty bin where the lake has labels for the question."""
-    from pipeline.query import query, sql_string
-    from pipeline.select import SelectConfig, pass_rate_bin
+    from pipeline.build.select import SelectConfig, pass_rate_bin
+    from pipeline.lake.query import query, sql_string
 
     name, _, split = eval_set.partition("/")
     if name.endswith("*"):

@@ -20,9 +20,9 @@ from typing import Any
 
 import orjson
 
-from pipeline.ids import content_id, normalize_question, question_id
 from pipeline.ingest.errors import Reason, RecordError
 from pipeline.ingest.records import AttemptRec, QuestionRec, TrajectoryRec, json_text, text_of
+from pipeline.lake.ids import content_id, normalize_question, question_id
 from schemas import ROLES
 
 _ROLE_ALIASES = {

@@ -24,8 +24,6 @@ import fsspec
 import pyarrow as pa
 
 from pipeline import stop
-from pipeline.compact import bundle_members, part_name, split_bundle
-from pipeline.ids import record_id
 from pipeline.ingest.containers import (
     RawRecord,
     is_supported,
@@ -39,6 +37,8 @@ from pipeline.ingest.readers.base import Context, Reader
 from pipeline.ingest.records import AttemptRec, QuestionRec, TrajectoryRec
 from pipeline.ingest.registry import by_name, detect
 from pipeline.lake import Lake, LazyParts, run_time
+from pipeline.lake.compact import bundle_members, part_name, split_bundle
+from pipeline.lake.ids import record_id
 from schemas import SCHEMA_VERSION
 
 
@@ -257,7 +257,7 @@ class Registry:
     """Committed files by content hash and by URI, read from ``ingest_log``."""
 
     def __init__(self, lake: Lake):
-        # file part -> the bundle that holds it (pipeline/compact.py)
+        # file part -> the bundle that holds it (pipeline/lake/compact.py)
         self.bundle_of = {m: b for b, ms in bundle_members(lake).items() for m in ms}
         log = lake.read_table("ingest_log").to_pylist()
         self.by_hash = {r["file_sha256"]: r for r in log}

@@ -44,7 +44,7 @@ def judgement_id(target: str, target_id: str, revision: str) -> str:
 
 
 def _cases(lake: Lake, target: str, limit: int | None) -> list[tuple[Case, str]]:
-    from pipeline.query import connect
+    from pipeline.lake.query import connect
 
     con = connect(lake)
     lim = f" LIMIT {int(limit)}" if limit else ""

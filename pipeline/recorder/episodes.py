@@ -24,10 +24,10 @@ from typing import Any
 
 import orjson
 
+from pipeline.diversity.behaviour import ERROR_RE
 from pipeline.ingest.readers.anthropic import AnthropicReader
 from pipeline.ingest.readers.base import Context
 from pipeline.ingest.records import text_of
-from pipeline.profile import ERROR_RE
 from pipeline.recorder.calls import response_of
 
 _NOT_PARAMS = {"messages", "tools", "functions", "stream", "model", "system", "metadata", "user"}

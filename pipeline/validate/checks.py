@@ -15,7 +15,7 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from pipeline.answers import canonical_number
+from pipeline.verify.ground_truth import canonical_number
 from schemas import ROLES
 from schemas.expectations import Limits
 

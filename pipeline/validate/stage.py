@@ -22,9 +22,9 @@ import orjson
 import polars as pl
 import pyarrow as pa
 
-from pipeline.compact import committed_parts
-from pipeline.ids import record_id as make_record_id
 from pipeline.lake import Lake, LazyParts, run_time
+from pipeline.lake.compact import committed_parts
+from pipeline.lake.ids import record_id as make_record_id
 from pipeline.validate.checks import CHECKS
 from pipeline.validate.gx_suite import GXRunner
 from schemas.expectations import Limits, Rule, rules_for, suite_version

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.answers import gsm8k_final, normalize_answer
 from pipeline.ingest.errors import Reason, RecordError
 from pipeline.ingest.readers.base import Context, Reader, has_keys
 from pipeline.ingest.records import AttemptRec, Rec, require
+from pipeline.verify.ground_truth import gsm8k_final, normalize_answer
 
 
 def recorded_policy(value: dict, ctx: Context) -> str:

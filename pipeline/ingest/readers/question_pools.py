@@ -3,7 +3,7 @@ MATH-500 (``problem``/``answer``/``subject``/``level``), AIME (string answers), 
 answers) and any ``{problem|question, answer}`` JSONL.
 
 The dataset name is the file's folder (``questions/gsm8k/test.jsonl`` -> ``gsm8k``) and the split
-its stem. Answers are normalized by ``pipeline.answers.normalize_answer``; the raw answer is kept.
+its stem. Answers are normalized by ``pipeline.verify.ground_truth.normalize_answer``; the raw answer is kept.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.answers import normalize_answer
 from pipeline.ingest.errors import Reason, RecordError
 from pipeline.ingest.readers.base import Context, Reader
 from pipeline.ingest.records import QuestionRec, Rec
+from pipeline.verify.ground_truth import normalize_answer
 
 _META_KEYS = (
     "id",

@@ -65,7 +65,7 @@ class Lake:
     """The lake at ``root`` (a path or any fsspec URL): one folder of Parquet parts per table
     under ``tables/``, written atomically (temp name, fsync, rename) and named by content hash,
     so a rerun of the same input writes nothing new; the writer lock; dataset folders and
-    reports beside the tables. Readers see committed parts only (``pipeline.query``)."""
+    reports beside the tables. Readers see committed parts only (``pipeline.lake.query``)."""
 
     root: str
 

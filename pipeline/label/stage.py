@@ -15,54 +15,23 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import orjson
 import pyarrow as pa
 
 from pipeline import stop
-from pipeline.ids import digest
+from pipeline.label.config import LabelConfig
+from pipeline.label.errors import LabelError
 from pipeline.lake import Lake
-from pipeline.query import query
-from pipeline.rollout.agent import AgentConfig, run_episodes
-from pipeline.rollout.engines import Sampling, close, make_engine
+from pipeline.lake.ids import digest
+from pipeline.lake.query import query
+from pipeline.rollout.agent import run_episodes
+from pipeline.rollout.engines import close, make_engine
 from pipeline.sandbox import Sandbox
 from pipeline.transient import PERMANENT_OS_ERRORS, TransientError
 from pipeline.verify import verify
 from schemas import TABLES
-
-VERIFIABLE = ("integer", "number", "latex", "letter", "text", "function_calls")
-
-
-@dataclass
-class LabelConfig:
-    """Options of the label stage."""
-
-    k: int = 8
-    policy: str | None = None  # model folder; None = recorded labels from attempts
-    backend: str = "auto"  # auto | vllm | transformers
-    sampling: Sampling = field(
-        default_factory=lambda: Sampling(temperature=1.0, top_p=1.0, max_tokens=512)
-    )
-    agent: AgentConfig = field(default_factory=AgentConfig)
-    batch_questions: int = 32  # questions per checkpointed part
-    limit: int | None = None  # at most this many questions labelled per policy and config
-    include_eval: bool = False  # also label questions that belong to evaluation sets
-
-    def config_json(self) -> str:
-        """K, sampling and agent limits: what makes two labels comparable."""
-        agent = {
-            k: v
-            for k, v in asdict(self.agent).items()
-            # how the loop is run, not what it samples from
-            if k not in ("tool_workers", "sandbox_workers", "schedule", "max_inflight")
-        }
-        blob = {"k": self.k, "sampling": asdict(self.sampling), "agent": agent}
-        return orjson.dumps(blob, option=orjson.OPT_SORT_KEYS, default=str).decode()
-
-    def config_key(self) -> str:
-        return digest(self.config_json().encode(), 8)
 
 
 def model_revision(path: str) -> str:
@@ -337,7 +306,7 @@ def label(
     if config.policy is None and engine is None:
         return recorded_labels(lake)
     if engine is not None and config.policy is None:
-        raise ValueError("live labelling needs the policy's path (its revision keys the labels)")
+        raise LabelError("live labelling needs the policy's path (its revision keys the labels)")
     return rollout_labels(lake, config, on_batch, engine, only) | {"source": "rollouts"}
 
 
@@ -354,7 +323,7 @@ def judge_signal(lake: Lake) -> list[dict]:
     balances), the judge's mean score of the rollouts behind the live labels, over all and right
     and wrong apart. A judge that scores easy questions' rollouts no higher than hard ones', or
     right rollouts no higher than wrong ones, says something the pass rate does not."""
-    from pipeline.select import SelectConfig, pass_rate_bin
+    from pipeline.build.select import SelectConfig, pass_rate_bin
 
     rows = query(
         lake,

@@ -9,105 +9,11 @@ from __future__ import annotations
 
 import html
 from datetime import UTC, datetime
-from typing import Any
 
-from pipeline.charts import bars_png
 from pipeline.lake import Lake
-from pipeline.query import connect
-
-
-def _rows(con: Any, sql: str) -> list[dict]:
-    return con.sql(sql).arrow().read_all().to_pylist()
-
-
-def _one(con: Any, sql: str) -> int:
-    return int(con.execute(sql).fetchall()[0][0] or 0)
-
-
-def conservation(lake: Lake, manifest: dict | None = None) -> list[dict]:
-    """Per stage: in, out, quarantined, duplicates, filtered, pending, and whether they add up."""
-    con = connect(lake)
-    rows = []
-
-    def add(stage: str, n_in: int, out: int, q: int = 0, d: int = 0, f: int = 0, p: int = 0):
-        rows.append(
-            {
-                "stage": stage,
-                "in": n_in,
-                "out": out,
-                "quarantined": q,
-                "duplicates": d,
-                "filtered": f,
-                "pending": p,
-                "balanced": n_in == out + q + d + f + p,
-            }
-        )
-
-    log = _rows(
-        con,
-        "SELECT coalesce(sum(records_read), 0)::BIGINT r, coalesce(sum(records_accepted), 0)::BIGINT a, coalesce(sum(records_quarantined), 0)::BIGINT q FROM ingest_log",
-    )[0]
-    q_ingest = _one(con, "SELECT count(*) FROM quarantine WHERE stage = 'ingest'")
-    add("ingest: records", log["r"], log["a"], q_ingest)
-    data_rows = _one(
-        con,
-        "SELECT (SELECT count(*) FROM trajectories) + (SELECT count(*) FROM questions) + (SELECT count(*) FROM attempts)",
-    )
-    v = _rows(
-        con,
-        "SELECT count(*) FILTER (WHERE passed) ok, count(*) FILTER (WHERE NOT passed) bad FROM validation",
-    )[0]
-    add("validate: rows", data_rows, v["ok"], v["bad"], p=data_rows - v["ok"] - v["bad"])
-    q_in = _one(
-        con,
-        """SELECT count(DISTINCT question_id) FROM (SELECT question_id FROM valid_questions
-           UNION ALL SELECT question_id FROM valid_attempts UNION ALL SELECT question_id FROM valid_trajectories)""",
-    )
-    c = _rows(
-        con,
-        """SELECT count(*) FILTER (WHERE scope = 'question' AND method = 'self') q_kept,
-                  count(*) FILTER (WHERE scope = 'question' AND method <> 'self') q_dup,
-                  count(*) FILTER (WHERE scope = 'trajectory' AND method = 'self') t_kept,
-                  count(*) FILTER (WHERE scope = 'trajectory' AND method <> 'self') t_dup
-           FROM dedup_clusters""",
-    )[0]
-    add("dedup: distinct questions", q_in, c["q_kept"], d=c["q_dup"])
-    add(
-        "dedup: trajectories",
-        _one(con, "SELECT count(*) FROM valid_trajectories"),
-        c["t_kept"],
-        d=c["t_dup"],
-    )
-    uq = _one(con, "SELECT count(*) FROM unique_questions")
-    if manifest:
-        src = manifest["rl"]["label_source"]
-        labelled = _one(
-            con,
-            f"SELECT count(DISTINCT l.question_id) FROM labels l JOIN unique_questions u USING (question_id) WHERE l.label_source = '{src}'",
-        )
-        orphans = _one(
-            con,
-            f"SELECT count(DISTINCT question_id) FROM labels WHERE label_source = '{src}' AND question_id NOT IN (SELECT question_id FROM unique_questions)",
-        )
-        add(f"label ({src}): unique questions", uq + orphans, labelled, f=uq - labelled)
-        rl = manifest["rl"]
-        rebalanced = sum(rl["supply"].values()) - sum(rl["selected"].values())
-        add(
-            "build: rl questions",
-            rl["input_questions"],
-            rl["rows"],
-            f=sum(rl["dropped"].values()) + rebalanced,
-        )
-        sft = manifest["sft"]
-        from pipeline.build import SFT_ITEMS
-
-        add(
-            "build: sft trajectories",
-            _one(con, f"SELECT count(*) FROM ({SFT_ITEMS})"),
-            sft["rows"],
-            f=sum(sft["dropped"].values()),
-        )
-    return rows
+from pipeline.lake.query import connect
+from pipeline.report.charts import bars_png
+from pipeline.report.counts import conservation, rows_of
 
 
 def stage_rows(stages: dict[str, dict]) -> list[dict]:
@@ -198,14 +104,14 @@ def write_report(
         "<h2>Counts conserved</h2><p>in = out + quarantined + duplicates + filtered + pending, per stage (whole lake).</p>"
         + _table(cons)
     )
-    sources = _rows(
+    sources = rows_of(
         con,
         """SELECT source, source_format, count(*) files, sum(records_read) records, sum(records_accepted) accepted,
                   sum(records_quarantined) quarantined, sum(trajectories) trajectories, sum(questions) questions, sum(attempts) attempts
            FROM ingest_log GROUP BY ALL ORDER BY records DESC""",
     )
     sections.append("<h2>Sources</h2>" + _table(sources))
-    reasons = _rows(
+    reasons = rows_of(
         con,
         "SELECT stage, reason, count(*) n FROM quarantine GROUP BY ALL ORDER BY n DESC, stage, reason",
     )
@@ -221,7 +127,7 @@ def write_report(
             "n",
         )
     )
-    failing = _rows(
+    failing = rows_of(
         con,
         """SELECT "table", flag, count(*) n FROM (SELECT "table", unnest(flags) AS flag FROM validation)
            GROUP BY ALL ORDER BY n DESC, flag LIMIT 20""",
@@ -232,7 +138,7 @@ def write_report(
         if lake.fs.exists(docs)
         else ""
     )
-    vsum = _rows(
+    vsum = rows_of(
         con,
         """SELECT "table", count(*) validated, count(*) FILTER (WHERE passed) passed,
                   count(*) FILTER (WHERE NOT passed) quarantined, any_value(suite_version) suite
@@ -245,14 +151,14 @@ def write_report(
         + _table(failing)
         + link
     )
-    dd = _rows(
+    dd = rows_of(
         con,
         """SELECT scope, count(*) members, count(*) FILTER (WHERE method = 'self') kept,
                   count(*) FILTER (WHERE method = 'exact') exact, count(*) FILTER (WHERE method = 'minhash') near,
                   round(1 - count(*) FILTER (WHERE method = 'self') / count(*), 4) AS duplicate_rate
            FROM dedup_clusters GROUP BY 1 ORDER BY 1""",
     )
-    largest = _rows(
+    largest = rows_of(
         con,
         """SELECT n_members, array_to_string(sources, ', ') sources, left(question, 100) question
            FROM unique_questions ORDER BY n_members DESC, question_id LIMIT 10""",
@@ -275,7 +181,7 @@ def write_report(
             )
             + ('<img src="sft_curves.png">' if png else "")
         )
-    hist = _rows(
+    hist = rows_of(
         con,
         """SELECT label_source, round(pass_rate, 3) pass_rate, count(*) questions FROM labels
            GROUP BY ALL ORDER BY label_source, pass_rate""",
@@ -422,7 +328,7 @@ def write_eval_report(lake: Lake, folder: str, eval_set: str, rows: list[dict]) 
     """An evaluation's page: per model, every metric with its interval; per slice, the main
     accuracy metric; a chart of it with whiskers. ``rows``: the evaluate flow's rows (stage,
     model, and the result ``evaluate`` returned)."""
-    from pipeline.charts import intervals_png
+    from pipeline.report.charts import intervals_png
 
     files: dict[str, bytes] = {}
     main = "accuracy" if "accuracy" in rows[0] else f"average@{rows[0]['k']}"

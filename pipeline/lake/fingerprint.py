@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 from pipeline.lake import Lake
-from pipeline.query import visible_parts
+from pipeline.lake.query import visible_parts
 
 # Which committed tables each stage reads, and which it owns (writes whole).
 READS: dict[str, tuple[str, ...]] = {
@@ -70,7 +70,7 @@ def dataset_fingerprint(lake: Lake, name: str) -> str:
 @cache
 def code_version() -> str:
     """Hash of the stage code (``pipeline/`` and ``schemas/``): new code, new cache keys."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for pkg in ("pipeline", "schemas"):
         for p in sorted((root / pkg).rglob("*.py")):

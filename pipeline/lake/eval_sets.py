@@ -11,7 +11,7 @@ from __future__ import annotations
 import orjson
 
 from pipeline.lake import Lake
-from pipeline.query import query
+from pipeline.lake.query import query
 
 FILE = "eval_sets.json"
 

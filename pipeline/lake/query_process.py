@@ -3,7 +3,7 @@
 DuckDB's ``memory_limit`` covers its buffer manager, and its interrupt is honoured between
 vectors, but some operators ignore both: ``length(repeat('x', 1000000000))`` builds a 1 GB string
 and ran for 30 s at 2 GB of resident memory under ``memory_limit 500MB, timeout 3 s``. So the
-command line runs each query in a child process (``python -m pipeline.query_process``) that
+command line runs each query in a child process (``python -m pipeline.lake.query_process``) that
 streams Arrow IPC back, and a watchdog here kills it when its resident set passes the memory
 limit plus the interpreter's own allowance, or when it runs past the timeout. The parent's own
 memory stays bounded too: batches are read one at a time.
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from pipeline.lake import Lake
-from pipeline.query import QueryConfig, QueryError, QueryTimeout, stream
+from pipeline.lake.query import QueryConfig, QueryError, QueryTimeout, stream
 
 BASE_ALLOWANCE = 512 << 20  # the child's interpreter, DuckDB, Arrow and their libraries
 WATCH_SECONDS = 0.02  # how often the child's resident memory is read
@@ -104,7 +104,7 @@ def bounded_stream(
         "timeout_seconds": config.timeout_seconds,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.query_process"],
+        [sys.executable, "-m", "pipeline.lake.query_process"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -25,8 +25,8 @@ import duckdb
 import pyarrow as pa
 from fsspec.implementations.dirfs import DirFileSystem
 
-from pipeline.compact import committed_parts
 from pipeline.lake import Lake
+from pipeline.lake.compact import committed_parts
 from schemas import TABLES
 
 ALLOWED = {"SELECT", "EXPLAIN"}

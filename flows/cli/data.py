@@ -293,9 +293,12 @@ def dedup(
 ) -> None:
     """Exact and MinHash-LSH dedup across sources, and decontamination against evaluation sets."""
     from flows.dedup import dedup_flow
+    from pipeline.dedup import DedupConfig, DedupError
 
-    if backend not in ("auto", "datasketch", "rensa") or lsh not in ("bands", "datasketch"):
-        raise typer.BadParameter("backend: auto|datasketch|rensa; lsh: bands|datasketch")
+    try:  # the options checked by the config itself, before Prefect starts
+        DedupConfig(threshold=threshold, backend=backend, lsh=lsh)
+    except DedupError as e:
+        raise typer.BadParameter(str(e)) from None
     _upstream(lake, "dedup")
     with console.status("deduplicating…"):
         out = dedup_flow(

@@ -21,16 +21,15 @@ full run. Outputs are rewritten whole (atomically) on every run; they are small.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.dedup.clusters import clusters, pick_representatives, question_key, trajectory_key
+from pipeline.dedup.config import DedupConfig
 from pipeline.dedup.lsh import (
     band_pairs,
     band_params,
@@ -44,50 +43,6 @@ from pipeline.lake import Lake
 from pipeline.lake.eval_sets import registered
 from pipeline.lake.ids import digest
 from pipeline.lake.query import query
-
-DEFAULT_EVAL_SETS = ("aime2024", "aime2025", "amc2023", "math500", "gsm8k/test")
-
-
-@dataclass
-class DedupConfig:
-    """Options of the dedup stage."""
-
-    threshold: float = 0.8  # Jaccard threshold for near-duplicates
-    num_perm: int = 128
-    ngram: int = 5
-    mode: str = "word"  # word | char shingles
-    backend: str = "auto"  # auto (rensa if installed) | datasketch | rensa
-    lsh: str = "bands"  # bands (partitioned, vectorized) | datasketch (MinHashLSH index)
-    # false-positive / false-negative weights for datasketch's optimal (b, r): favour recall, since
-    # every candidate is verified (b=14, r=9 for 0.8/128: P(candidate | J=0.85) = 0.975)
-    weights: tuple[float, float] = (0.1, 0.9)
-    verify: str = "estimate"  # estimate | exact: how candidate pairs are verified
-    band_partitions: int = 3
-    workers: int = 2  # threads computing signature partitions
-    partition_docs: int = 5_000
-    eval_sets: tuple[str, ...] = DEFAULT_EVAL_SETS  # dataset or dataset/split names
-    max_text_chars: int = 20_000  # trajectory text used for shingles
-    trajectories: bool = True
-    storage_config: dict | None = None  # datasketch storage (e.g. Redis) for lsh="datasketch"
-
-    def resolved_backend(self) -> str:
-        if self.backend != "auto":
-            return self.backend
-        try:
-            import rensa  # noqa: F401
-
-            return "rensa"
-        except ImportError:
-            return "datasketch"
-
-    def sig_key(self) -> str:
-        versions = {"polars": md.version("polars"), "datasketch": md.version("datasketch")}
-        if self.resolved_backend() == "rensa":
-            versions["rensa"] = md.version("rensa")
-        return digest(
-            orjson.dumps([self.resolved_backend(), self.num_perm, self.ngram, self.mode, versions]),
-            8,
-        )
 
 
 @dataclass

@@ -38,3 +38,7 @@ class RecordError(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class IngestError(ValueError):
+    """Ingest options that cannot work (the message names the option and what it accepts)."""

@@ -17,13 +17,13 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import NamedTuple
 
 import fsspec
 import pyarrow as pa
 
 from pipeline import stop
+from pipeline.ingest.config import IngestConfig
 from pipeline.ingest.containers import (
     RawRecord,
     is_supported,
@@ -40,30 +40,6 @@ from pipeline.lake import Lake, LazyParts, run_time
 from pipeline.lake.compact import bundle_members, part_name, split_bundle
 from pipeline.lake.ids import record_id
 from schemas import SCHEMA_VERSION
-
-
-@dataclass
-class IngestConfig:
-    """Options of the ingest stage."""
-
-    source: str | None = (
-        None  # source name for every file (default: top folder under the input, or the reader)
-    )
-    format: str | None = None  # force a reader by name instead of auto-detection
-    max_record_bytes: int = 64 << 20  # larger records are quarantined as record_too_large
-    max_raw_bytes: int = 64 << 10  # raw text kept per quarantine row (the full size is recorded)
-    force: bool = False  # re-ingest files whose content is already in the lake
-    now: datetime | None = None  # ingest timestamp (tests pin it for byte-identical lakes)
-    # caps per file against cheap amplification (a 6 KB .gz of 2 M bad lines): past either, the
-    # unread rest is one `file_cap_reached` quarantine row and the file's reading stops
-    max_records_per_file: int | None = None
-    max_seconds_per_file: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("max_records_per_file", "max_seconds_per_file"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive (or None for no cap), got {value}")
 
 
 @dataclass

@@ -1,5 +1,7 @@
 """Validate: Great Expectations suites over the lake tables, failing rows quarantined by rule."""
 
-from pipeline.validate.stage import ValidateConfig, ValidateResult, summary_markdown, validate
+from pipeline.validate.config import ValidateConfig
+from pipeline.validate.errors import ValidateError
+from pipeline.validate.stage import ValidateResult, summary_markdown, validate
 
-__all__ = ["ValidateConfig", "ValidateResult", "summary_markdown", "validate"]
+__all__ = ["ValidateConfig", "ValidateError", "ValidateResult", "summary_markdown", "validate"]

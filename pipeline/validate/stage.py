@@ -15,7 +15,7 @@ import contextlib
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import orjson
@@ -26,23 +26,9 @@ from pipeline.lake import Lake, LazyParts, run_time
 from pipeline.lake.compact import committed_parts
 from pipeline.lake.ids import record_id as make_record_id
 from pipeline.validate.checks import CHECKS
+from pipeline.validate.config import ValidateConfig
 from pipeline.validate.gx_suite import GXRunner
-from schemas.expectations import Limits, Rule, rules_for, suite_version
-
-TABLES = ("trajectories", "questions", "attempts")
-
-
-@dataclass
-class ValidateConfig:
-    """Options of the validate stage."""
-
-    tables: tuple[str, ...] = TABLES
-    limits: Limits = field(default_factory=Limits)
-    chunk_rows: int = 50_000  # rows per GX batch: bounds memory
-    force: bool = False  # re-validate parts already validated with this suite version
-    data_docs: bool = True  # build the Data Docs site under ROOT/reports/validation
-    max_raw_bytes: int = 1 << 20
-    now: datetime | None = None
+from schemas.expectations import Rule, rules_for, suite_version
 
 
 @dataclass

@@ -1,0 +1,57 @@
+"""Each stage's config is the one place its options are checked: a bad value raises the stage's
+own error naming the option, and the CLI turns it into a usage error before Prefect starts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from pipeline.build import BuildConfig, BuildError
+from pipeline.dedup import DedupConfig, DedupError
+from pipeline.ingest import IngestConfig, IngestError
+from pipeline.label import LabelError, label
+from pipeline.lake import Lake
+from pipeline.validate import ValidateConfig, ValidateError
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "option"),
+    [
+        (lambda: DedupConfig(threshold=0.0), DedupError, "threshold"),
+        (lambda: DedupConfig(backend="minhashx"), DedupError, "backend"),
+        (lambda: DedupConfig(lsh="annoy"), DedupError, "lsh"),
+        (lambda: DedupConfig(num_perm=0), DedupError, "num_perm"),
+        (lambda: ValidateConfig(tables=("trajectories", "nope")), ValidateError, "nope"),
+        (lambda: ValidateConfig(chunk_rows=0), ValidateError, "chunk_rows"),
+        (lambda: IngestConfig(max_records_per_file=0), IngestError, "max_records_per_file"),
+        (lambda: BuildConfig(name="../escape"), BuildError, "dataset name"),
+    ],
+)
+def test_a_bad_option_is_refused_by_its_config_with_its_name(make, error, option):
+    with pytest.raises(error, match=option):
+        make()
+    assert issubclass(error, ValueError)  # callers that catch ValueError keep working
+
+
+def test_live_labelling_without_a_policy_path_is_a_label_error(tmp_path, tiny_model):
+    from transformers import AutoTokenizer
+
+    from pipeline.rollout.engines import ScriptedEngine
+
+    engine = ScriptedEngine(AutoTokenizer.from_pretrained(tiny_model), lambda text, turn: "1")
+    with pytest.raises(LabelError, match="policy's path"):
+        label(Lake(str(tmp_path)), engine=engine)
+
+
+def test_the_cli_refuses_a_bad_dedup_option_before_prefect_starts(tmp_path):
+    t0 = time.perf_counter()
+    r = runner.invoke(app, ["dedup", "--lake", str(tmp_path), "--backend", "minhashx"])
+    assert r.exit_code == 2, r.output
+    assert "backend must be one of auto, datasketch, rensa" in r.output
+    assert not (tmp_path / "tables").exists()  # nothing ran
+    assert time.perf_counter() - t0 < 30  # no Prefect server was started for it (a hang bound)

@@ -12,7 +12,8 @@ reason."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,232 @@ def _stage(name: str, fn: Any, results: dict, rows: dict, /, **params: Any) -> d
     return out
 
 
+@dataclass
+class _Run:
+    """What one run's stages share: where they work, what they hand on to the next stage."""
+
+    root: str
+    lake: Lake
+    inputs: list[str] | None
+    policy: str | None  # the labelling policy; in a mission, the SFT stage's output
+    dataset: str
+    mapped: Callable[[Any], Any]  # a flow whose work is mapped over partitions, on the runner
+    mission: MissionConfig | None
+    k: int = 8
+    train_model: str | None = None
+    train_steps: int = 20
+    train_options: dict | None = None
+    manifest: dict | None = None
+    results: dict[str, dict] = field(default_factory=dict)
+    rows: dict[str, dict] = field(default_factory=dict)
+
+    def the_policy(self) -> str:
+        self.policy = self.policy or latest_sft(self.lake)
+        return self.policy
+
+    def the_dataset(self) -> str:
+        return self.manifest["path"] if self.manifest else latest_dataset(self.lake, self.dataset)
+
+
+@dataclass
+class _Step:
+    """A stage's flow and its parameters, or why it has nothing to do; ``after`` sees its output."""
+
+    flow: Any = None
+    params: dict = field(default_factory=dict)
+    skipped: str | None = None
+    after: Callable[[dict], None] | None = None
+
+
+def _record(run: _Run) -> _Step:
+    from flows.record import record_flow
+
+    return _Step(record_flow, {"lake": run.root})
+
+
+def _ingest(run: _Run) -> _Step:
+    def register_eval_set(_: dict) -> None:
+        from pipeline.lake.eval_sets import pools, register
+
+        if run.mission.eval_set in pools(run.lake):  # held out from training by every later dedup
+            register(run.lake, [run.mission.eval_set])
+
+    return _Step(
+        run.mapped(ingest_flow),
+        {"paths": run.inputs, "lake": run.root},
+        after=register_eval_set if run.mission else None,
+    )
+
+
+def _validate(run: _Run) -> _Step:
+    return _Step(validate_flow, {"lake": run.root})
+
+
+def _dedup(run: _Run) -> _Step:
+    return _Step(run.mapped(dedup_flow), {"lake": run.root})
+
+
+def _sft(run: _Run) -> _Step:
+    from flows.sft import sft_flow
+
+    m = run.mission
+
+    def hand_on(out: dict) -> None:
+        run.policy = out["policy"]
+
+    params = {
+        "lake": run.root,
+        "out": f"{run.root}/runs/sft-{{key}}",
+        "steps": m.sft_steps,
+        "batch_size": m.sft_batch,
+        "agent": m.agent,
+        "seed": m.seed,
+    }
+    return _Step(sft_flow, params, after=hand_on)
+
+
+def _label(run: _Run) -> _Step:
+    m = run.mission
+    if m is None:
+        return _Step(label_flow, {"lake": run.root, "policy": run.policy, "k": run.k})
+    params = {
+        "lake": run.root,
+        "policy": run.the_policy(),
+        "k": m.k,
+        "backend": m.backend,
+        "limit": m.label_limit,
+        "max_tokens": m.max_tokens,
+        "temperature": m.temperature,
+        "agent": m.agent,
+        "seed": m.seed,
+    }
+    return _Step(label_flow, params)
+
+
+def _build(run: _Run) -> _Step:
+    def keep(out: dict) -> None:
+        run.manifest = out
+
+    if run.mission is None:
+        # the labels this run stands for: a policy's rollouts, else the recorded attempts
+        # (never the live labels an earlier mission left in the lake)
+        source = "rollouts" if run.policy else "recorded"
+        params = {"lake": run.root, "name": run.dataset, "label_source": source}
+        return _Step(build_flow, params, after=keep)
+    params = {
+        "lake": run.root,
+        "name": run.dataset,
+        "system_prompt": run.mission.agent.system_prompt,
+        "label_source": "rollouts",
+        "label_revision": model_revision(run.the_policy()),  # this policy's pass rates only
+    }
+    return _Step(build_flow, params, after=keep)
+
+
+def _train(run: _Run) -> _Step:
+    from flows.train import train_flow
+
+    path = run.the_dataset()
+    version = path.rstrip("/").rsplit("/", 1)[-1]
+    m = run.mission
+    if m is None:
+        params = {
+            "dataset": path,
+            "model": run.train_model,
+            "out": f"{run.root}/runs/{run.dataset}-{version}",
+            "steps": run.train_steps,
+        } | (run.train_options or {})
+        return _Step(train_flow, params)
+    policy = run.the_policy()
+    if (run.manifest or _read_manifest(run.lake, path))["rl"]["rows"] == 0:
+        return _Step(
+            skipped=f"train skipped: {path} has no RL rows (every labelled question was 0/K or "
+            "K/K for this policy; see the pass-rate histogram)"
+        )
+    params = {
+        "dataset": path,
+        "model": policy,
+        "out": f"{run.root}/runs/{run.dataset}-{version}-grpo-" + _train_key(policy, m),
+        "steps": m.train_steps,
+        "prompts_per_step": m.prompts_per_step,
+        "group_size": m.group_size,
+        "lr": m.lr,
+        "max_tokens": m.max_tokens,
+        "rollout_backend": m.train_backend,
+        "agent": m.agent,
+        "options": {"temperature": m.temperature, "seed": m.seed} | m.train_options,
+    }
+    return _Step(train_flow, params)
+
+
+def _eval(run: _Run) -> _Step:
+    from flows.evaluate import eval_flow
+    from pipeline.evaluate.sets import held_out
+    from pipeline.rollout.engines import Sampling
+
+    m = run.mission
+    if not held_out(run.lake, m.eval_set, 1):
+        return _Step(
+            skipped=f"eval skipped: the lake has no questions of the evaluation set "
+            f"{m.eval_set!r} (ingest a held-out pool with `flow ingest PATH "
+            f"--eval-set {m.eval_set}`)"
+        )
+    models = [(run.the_policy(), "sft")]
+    if "train" in run.results:
+        models.append((f"{run.results['train']['out']}/checkpoint-latest", "grpo"))
+    params = {
+        "models": models,
+        "eval_set": m.eval_set,
+        "lake": run.root,
+        "k": m.eval_k,
+        "limit": m.eval_limit,
+        "agent": m.agent,
+        "sampling": Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
+        "backend": m.backend,
+    }
+    return _Step(eval_flow, params)
+
+
+STEPS: dict[str, Callable[[_Run], _Step]] = {
+    "record": _record,
+    "ingest": _ingest,
+    "validate": _validate,
+    "dedup": _dedup,
+    "sft": _sft,
+    "label": _label,
+    "build": _build,
+    "train": _train,
+    "eval": _eval,
+}
+
+
+def _todo(
+    stages: list[str] | None,
+    mission: MissionConfig | None,
+    until: str | None,
+    policy: str | None,
+    train_model: str | None,
+) -> list[str]:
+    """The stages this run executes, in order; unknown names are refused with the known ones."""
+    if mission is None:
+        todo = list(stages or STAGES) + (["train"] if train_model and not stages else [])
+        unknown = set(todo) - set(ORDER)
+        if unknown:
+            raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(ORDER)}")
+        if "train" in todo and not train_model:
+            raise ValueError("the train stage needs train_model (the SFT policy's folder)")
+        return [s for s in ORDER if s in todo]
+    todo = list(stages or MISSION_STAGES)
+    unknown = set(todo) - set(MISSION_STAGES) | ({until} - set(MISSION_STAGES) if until else set())
+    if unknown:
+        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(MISSION_STAGES)}")
+    if until:
+        todo = [s for s in todo if MISSION_STAGES.index(s) <= MISSION_STAGES.index(until)]
+    if policy:  # a given policy replaces the SFT stage
+        todo = [s for s in todo if s != "sft"]
+    return todo
+
+
 @flow(name="pipeline")
 @locked
 def pipeline_flow(
@@ -157,74 +384,37 @@ def pipeline_flow(
     """The pipeline on ``inputs`` (default: the demo corpus): recorded labels, or K live rollouts
     of ``policy``; publishes ``datasets/<dataset>/v<N>``; with ``train_model``, GRPO-TCR on the
     newest version. ``stages`` runs a subset in order (scheduled deployments do: ingest every few
-    minutes, curation nightly, ...). Returns per-stage summaries and the report's path."""
+    minutes, curation nightly, ...). With ``mission`` it is the whole mission (sft, live labels,
+    train, eval; ``until`` stops after a stage). Returns per-stage summaries and the report's
+    path."""
     root = resolve_root(lake)
-    if mission is not None:
-        return _mission(
-            inputs,
-            root,
-            policy,
-            dataset,
-            runner,
-            workers,
-            address,
-            stages,
-            mission,
-            until,
-            write_run_report,
-        )
-    todo = list(stages or STAGES) + (["train"] if train_model and not stages else [])
-    unknown = set(todo) - set(ORDER)
-    if unknown:
-        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(ORDER)}")
-    if "train" in todo and not train_model:
-        raise ValueError("the train stage needs train_model (the SFT policy's folder)")
+    todo = _todo(stages, mission, until, policy, train_model)
     if not inputs and "ingest" in todo:
-        inputs = [demo_inputs(None)]
-    lk = Lake(root)
-    results: dict[str, dict] = {}
-    rows: dict[str, dict] = {}
-
-    def mapped(fl: Any) -> Any:  # stages whose work is mapped over partitions
-        return fl.with_options(task_runner=task_runner(runner, workers, address))
-
-    manifest = None
-    for stage in (s for s in ORDER if s in todo):
-        if stage == "record":
-            from flows.record import record_flow
-
-            _stage(stage, record_flow, results, rows, lake=root)
-        elif stage == "ingest":
-            _stage(stage, mapped(ingest_flow), results, rows, paths=inputs, lake=root)
-        elif stage == "validate":
-            _stage(stage, validate_flow, results, rows, lake=root)
-        elif stage == "dedup":
-            _stage(stage, mapped(dedup_flow), results, rows, lake=root)
-        elif stage == "label":
-            _stage(stage, label_flow, results, rows, lake=root, policy=policy, k=k)
-        elif stage == "build":
-            # the labels this run stands for: a policy's rollouts, else the recorded attempts
-            # (never the live labels an earlier mission left in the lake)
-            source = "rollouts" if policy else "recorded"
-            manifest = _stage(
-                stage, build_flow, results, rows, lake=root, name=dataset, label_source=source
-            )
-        elif stage == "train":
-            from flows.train import train_flow
-
-            path = manifest["path"] if manifest else latest_dataset(lk, dataset)
-            _stage(
-                stage,
-                train_flow,
-                results,
-                rows,
-                dataset=path,
-                model=train_model,
-                out=f"{root}/runs/{dataset}-{path.rstrip('/').rsplit('/', 1)[-1]}",
-                steps=train_steps,
-                **(train_options or {}),
-            )
-    return _finish(lk, dataset, manifest, results, rows, write_run_report)
+        inputs = [
+            demo_inputs(None) if mission is None else demo_inputs(mission.nano, mission.demo_dir)
+        ]
+    run = _Run(
+        root=root,
+        lake=Lake(root),
+        inputs=inputs,
+        policy=policy,
+        dataset=dataset,
+        mapped=lambda fl: fl.with_options(task_runner=task_runner(runner, workers, address)),
+        mission=mission,
+        k=k,
+        train_model=train_model,
+        train_steps=train_steps,
+        train_options=train_options,
+    )
+    for stage in todo:
+        step = STEPS[stage](run)
+        if step.skipped:
+            _skipped(stage, step.skipped, run.results, run.rows)
+            continue
+        out = _stage(stage, step.flow, run.results, run.rows, **step.params)
+        if step.after:
+            step.after(out)
+    return _finish(run.lake, dataset, run.manifest, run.results, run.rows, write_run_report)
 
 
 def demo_inputs(nano: dict | None, folder: str = DEMO_DIR) -> str:
@@ -241,161 +431,6 @@ def demo_inputs(nano: dict | None, folder: str = DEMO_DIR) -> str:
         with Sandbox(MissionConfig().agent.sandbox, 2) as box:
             write_nano(folder, box, **nano)
     return folder
-
-
-def _mission(
-    inputs: list[str] | None,
-    root: str,
-    policy: str | None,
-    dataset: str,
-    runner: str,
-    workers: int | None,
-    address: str | None,
-    stages: list[str] | None,
-    mission: MissionConfig,
-    until: str | None,
-    write_run_report: bool,
-) -> dict:
-    from flows.evaluate import eval_flow
-    from flows.sft import sft_flow
-    from flows.train import train_flow
-    from pipeline.lake.eval_sets import pools, register
-    from pipeline.rollout.engines import Sampling
-
-    todo = list(stages or MISSION_STAGES)
-    unknown = set(todo) - set(MISSION_STAGES) | ({until} - set(MISSION_STAGES) if until else set())
-    if unknown:
-        raise ValueError(f"unknown stage(s) {sorted(unknown)}; stages: {', '.join(MISSION_STAGES)}")
-    if until:
-        todo = [s for s in todo if MISSION_STAGES.index(s) <= MISSION_STAGES.index(until)]
-    if policy:  # a given policy replaces the SFT stage
-        todo = [s for s in todo if s != "sft"]
-    if not inputs and "ingest" in todo:
-        inputs = [demo_inputs(mission.nano, mission.demo_dir)]
-    lk = Lake(root)
-    results: dict[str, dict] = {}
-    rows: dict[str, dict] = {}
-    manifest = None
-    agent = mission.agent
-    sampling = Sampling(
-        temperature=mission.temperature, max_tokens=mission.max_tokens, seed=mission.seed
-    )
-
-    def mapped(fl: Any) -> Any:
-        return fl.with_options(task_runner=task_runner(runner, workers, address))
-
-    for stage in todo:
-        if stage == "ingest":
-            _stage(stage, mapped(ingest_flow), results, rows, paths=inputs, lake=root)
-            if mission.eval_set in pools(lk):  # held out from training by every later dedup
-                register(lk, [mission.eval_set])
-        elif stage == "validate":
-            _stage(stage, validate_flow, results, rows, lake=root)
-        elif stage == "dedup":
-            _stage(stage, mapped(dedup_flow), results, rows, lake=root)
-        elif stage == "sft":
-            out = _stage(
-                stage,
-                sft_flow,
-                results,
-                rows,
-                lake=root,
-                out=f"{root}/runs/sft-{{key}}",
-                steps=mission.sft_steps,
-                batch_size=mission.sft_batch,
-                agent=agent,
-                seed=mission.seed,
-            )
-            policy = out["policy"]
-        elif stage == "label":
-            policy = policy or latest_sft(lk)
-            _stage(
-                stage,
-                label_flow,
-                results,
-                rows,
-                lake=root,
-                policy=policy,
-                k=mission.k,
-                backend=mission.backend,
-                limit=mission.label_limit,
-                max_tokens=mission.max_tokens,
-                temperature=mission.temperature,
-                agent=agent,
-                seed=mission.seed,
-            )
-        elif stage == "build":
-            policy = policy or latest_sft(lk)
-            manifest = _stage(
-                stage,
-                build_flow,
-                results,
-                rows,
-                lake=root,
-                name=dataset,
-                system_prompt=agent.system_prompt,
-                label_source="rollouts",
-                label_revision=model_revision(policy),  # this policy's pass rates only
-            )
-        elif stage == "train":
-            policy = policy or latest_sft(lk)
-            path = manifest["path"] if manifest else latest_dataset(lk, dataset)
-            if (manifest or _read_manifest(lk, path))["rl"]["rows"] == 0:
-                why = (
-                    f"train skipped: {path} has no RL rows (every labelled question was 0/K or "
-                    "K/K for this policy; see the pass-rate histogram)"
-                )
-                _skipped(stage, why, results, rows)
-                continue
-            _stage(
-                stage,
-                train_flow,
-                results,
-                rows,
-                dataset=path,
-                model=policy,
-                out=f"{root}/runs/{dataset}-{path.rstrip('/').rsplit('/', 1)[-1]}-grpo-"
-                + _train_key(policy, mission),
-                steps=mission.train_steps,
-                prompts_per_step=mission.prompts_per_step,
-                group_size=mission.group_size,
-                lr=mission.lr,
-                max_tokens=mission.max_tokens,
-                rollout_backend=mission.train_backend,
-                agent=agent,
-                options={"temperature": mission.temperature, "seed": mission.seed}
-                | mission.train_options,
-            )
-        elif stage == "eval":
-            from pipeline.evaluate.sets import held_out
-
-            if not held_out(lk, mission.eval_set, 1):
-                why = (
-                    f"eval skipped: the lake has no questions of the evaluation set "
-                    f"{mission.eval_set!r} (ingest a held-out pool with `flow ingest PATH "
-                    f"--eval-set {mission.eval_set}`)"
-                )
-                _skipped(stage, why, results, rows)
-                continue
-            policy = policy or latest_sft(lk)
-            models = [(policy, "sft")]
-            if "train" in results:
-                models.append((f"{results['train']['out']}/checkpoint-latest", "grpo"))
-            _stage(
-                stage,
-                eval_flow,
-                results,
-                rows,
-                models=models,
-                eval_set=mission.eval_set,
-                lake=root,
-                k=mission.eval_k,
-                limit=mission.eval_limit,
-                agent=agent,
-                sampling=sampling,
-                backend=mission.backend,
-            )
-    return _finish(lk, dataset, manifest, results, rows, write_run_report)
 
 
 def _skipped(stage: str, why: str, results: dict, rows: dict) -> None:

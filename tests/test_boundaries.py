@@ -352,7 +352,7 @@ def _many_files(d: Path, n: int, records: int) -> None:
 
 def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     inputs, lake = tmp_path / "in", tmp_path / "lake"
-    _many_files(inputs, 30, 4000)
+    _many_files(inputs, 16, 2000)  # ~0.2 s a file: the signal lands with most of them to go
     env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"))
     cmd = [sys.executable, "-m", "flows.cli", "ingest", str(inputs), "--lake", str(lake)]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -367,7 +367,7 @@ def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     assert proc.returncode == 143, errs.decode()[-2000:]
     assert b"stopped" in errs and b"rerun to continue" in errs
     committed = len(list(log.glob("*.parquet")))
-    assert 1 <= committed < 30
+    assert 1 <= committed < 16
     assert not [p for p in lake.rglob(".*") if p.is_file() and p.name != ".lock"]  # no temp part
     deadline = time.monotonic() + 5
     while any(Path(f"/proc/{p}").exists() for p in server) and time.monotonic() < deadline:
@@ -376,7 +376,7 @@ def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert query(Lake(str(lake)), "SELECT count(*) n FROM trajectories").to_pylist() == [
-        {"n": 30 * 4000}
+        {"n": 16 * 2000}
     ]
 
 

@@ -219,7 +219,14 @@ def reference(harness, demo, tmp_path_factory):
     return snapshot(lake)
 
 
-@pytest.mark.parametrize("stage", list(KILL_POINTS))
+# CI kills the first stage and the live one; the same kill-and-rerun of the two between them is
+# `slow` (make test-all): the code path (a stage's parts, then its commit) is the same.
+IN_CI = ("ingest", "label")
+
+
+@pytest.mark.parametrize(
+    "stage", [s if s in IN_CI else pytest.param(s, marks=pytest.mark.slow) for s in KILL_POINTS]
+)
 def test_kill_9_during_a_stage_then_rerun_equals_an_uninterrupted_run(
     harness, demo, reference, tmp_path, stage
 ):
@@ -305,7 +312,9 @@ def threaded(harness, demo, tmp_path_factory):
     return snapshot(lake), out
 
 
-@pytest.mark.parametrize("runner", ["dask", "processes"])
+@pytest.mark.parametrize(
+    "runner", ["dask", pytest.param("processes", marks=pytest.mark.slow)]  # both map the same tasks
+)
 def test_a_local_dask_cluster_or_process_pool_gives_the_same_lake_as_threads(
     harness, demo, threaded, tmp_path, runner
 ):

@@ -245,11 +245,17 @@ class Registry:
 # ---- one file ------------------------------------------------------------------------------
 
 
-def _detect(path: str, container: str, max_record_bytes: int, tries: int = 20) -> Reader | None:
+def _detect(
+    path: str, container: str, max_record_bytes: int, tries: int = 20, scan: int = 1000
+) -> Reader | None:
     """The reader that recognizes one of the first ``tries`` parseable records, so one corrupt
-    or odd first record does not make the whole file unknown."""
+    or odd first record does not make the whole file unknown. At most ``scan`` records are read
+    for it: a file of millions of broken lines is not read twice (its reading has caps of its
+    own; detection had none)."""
     n = 0
-    for rec in iter_records(path, container, max_record_bytes):
+    for i, rec in enumerate(iter_records(path, container, max_record_bytes)):
+        if i >= scan:
+            return None
         if rec.error is not None:
             continue
         reader = detect(rec.value, path)

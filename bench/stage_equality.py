@@ -23,6 +23,7 @@ WORK = Path(tempfile.gettempdir()) / "flow-stage-equality"
 
 
 def main() -> None:
+    import argparse
     import shutil
 
     import orjson
@@ -37,6 +38,7 @@ def main() -> None:
     from pipeline.validate import ValidateConfig, validate
     from schemas import TABLES
 
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     shutil.rmtree(WORK, ignore_errors=True)
     work = WORK
     demo = work / "demo"

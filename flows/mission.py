@@ -72,7 +72,7 @@ class MissionConfig:
                 "levels": [1],
                 "weights": [17, 1, 1, 1],
             },
-            sft_steps=1000,
+            sft_steps=700,  # as the nano_sft fixture: 19-20 of 20 solved on seeds 0-3
             label_limit=160,
             train_steps=6,
             prompts_per_step=8,

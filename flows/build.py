@@ -9,12 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
-from pipeline.build.select import SelectConfig
-from pipeline.build.sft import SFTConfig
-from pipeline.diversity.config import DIMENSIONS, DiversityConfig
-from pipeline.exports import ExportConfig
 from pipeline.lake import Lake
-from pipeline.rollout.agent import SYSTEM
 
 
 def markdown(m: dict) -> str:
@@ -64,41 +59,17 @@ def build_task(root: str, config: BuildConfig, fingerprint: str, code: str) -> d
 
 @flow(name="build")
 @locked
-def build_flow(
-    lake: str | None = None,
-    name: str = "default",
-    size: int | None = None,
-    seed: int = 0,
-    label_source: str | None = None,
-    tool_arguments: str = "dict",
-    keep_source_system_prompts: bool = False,
-    system_prompt: str | None = SYSTEM,
-    label_revision: str | None = None,
-    min_judge_score: float | None = None,
-    objective: str = "entropy",
-    diversity_target: float = 2.5,
-    diversity_dimensions: list[str] | None = None,
-) -> dict:
+def build_flow(lake: str | None = None, config: BuildConfig | None = None) -> dict:
     """Publish ``datasets/<name>/v<N>`` from the labelled, deduplicated, validated lake."""
     lk = Lake(lake)
-    diversity = DiversityConfig(
-        dimensions=tuple(diversity_dimensions or DIMENSIONS), target_bits=diversity_target
-    )
-    config = BuildConfig(
-        name=name,
-        select=SelectConfig(size=size, seed=seed, objective=objective, diversity=diversity),
-        label_source=label_source,
-        keep_source_system_prompts=keep_source_system_prompts,
-        system_prompt=system_prompt,
-        label_revision=label_revision,
-        exports=ExportConfig(tool_arguments=tool_arguments),
-        sft=SFTConfig(min_judge_score=min_judge_score),
-    )
+    config = config or BuildConfig()
     report("stage", "build")
     log_upstream(lk, "build")
-    run = run_cached(build_task, "build", lk, config, dataset=name)
+    run = run_cached(build_task, "build", lk, config, dataset=config.name)
     manifest = {k: v for k, v in run.result.items() if k != "_owns"} | {"state": run.state}
     create_markdown_artifact(
-        key="dataset", markdown=markdown(manifest), description=f"{name} v{manifest['version']}"
+        key="dataset",
+        markdown=markdown(manifest),
+        description=f"{config.name} v{manifest['version']}",
     )
     return manifest

@@ -86,18 +86,10 @@ def _in_process() -> bool:
 
 @flow(name="dedup")
 @locked
-def dedup_flow(
-    lake: str | None = None,
-    threshold: float = 0.8,
-    backend: str = "auto",
-    lsh: str = "bands",
-    eval_sets: list[str] | None = None,
-) -> dict:
+def dedup_flow(lake: str | None = None, config: DedupConfig | None = None) -> dict:
     """Deduplicate questions and trajectories across sources; flag evaluation-set contamination."""
     lk = Lake(lake)
-    config = DedupConfig(threshold=threshold, backend=backend, lsh=lsh)
-    if eval_sets is not None:
-        config.eval_sets = tuple(eval_sets)
+    config = config or DedupConfig()
     report("stage", "dedup")
     log_upstream(lk, "dedup")
     fp = stage_fingerprint(lk, "dedup", config)

@@ -4,19 +4,17 @@ the model's weights and the evaluation's settings, so a rerun evaluates nothing 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
+from pipeline.evaluate.config import EvalConfig
 from pipeline.evaluate.sets import eval_key, held_out
 from pipeline.lake import Lake
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
-from pipeline.rollout.policy_loop import read_loop, turn_tokens
 
 install_server_watchdog()
 
@@ -83,26 +81,20 @@ def eval_model_task(
 
 @flow(name="evaluate")
 def eval_flow(
-    models: list[tuple[str, str]],
-    eval_set: str,
-    lake: str | None = None,
-    k: int = 8,
-    limit: int | None = None,
-    agent: AgentConfig | None = None,
-    sampling: Sampling | None = None,
-    backend: str = "auto",
-    judge: str | None = None,
+    models: list[tuple[str, str]], config: EvalConfig | None = None, lake: str | None = None
 ) -> dict:
-    """Each (model folder, stage) on ``eval_set``, into ``evals``: avg@k, pass@j, maj@k and
-    the agent metrics, or on function-calling questions (BFCL) the function-calling metrics;
-    intervals and slices included. Writes a report page (``report`` in the result). Without
-    ``agent`` and ``sampling``, each model runs the loop it was trained with (agent_loop.json)."""
+    """Each (model folder, stage) on ``config.eval_set``, into ``evals``: avg@k, pass@j, maj@k
+    and the agent metrics, or on function-calling questions (BFCL) the function-calling
+    metrics; intervals and slices included. Writes a report page (``report`` in the result).
+    Each model runs the config's loop, else the loop it was trained with (agent_loop.json)."""
     from datetime import UTC, datetime
 
     from pipeline.report import write_eval_report
 
+    config = config or EvalConfig()
+    eval_set, k = config.eval_set, config.k
     lk = Lake(lake)
-    questions = held_out(lk, eval_set, limit)
+    questions = held_out(lk, eval_set, config.limit)
     if not questions:
         raise ValueError(f"no questions with a ground truth for evaluation set {eval_set!r}")
     calls = all(q.get("answer_type") == "function_calls" for q in questions)
@@ -121,15 +113,11 @@ def eval_flow(
     rows = []
     for model, stage in models:
         report("stage", f"eval {stage}")
-        loop = read_loop(model)  # the loop the policy was trained with, if it says
-        agent_m = agent or (
-            replace(loop.agent, system_prompt=None) if loop and calls else loop.agent if loop
-            else AgentConfig(system_prompt=None if calls else AgentConfig().system_prompt)
-        )  # fmt: skip
-        sampling_m = sampling or Sampling(max_tokens=turn_tokens(model, None, 512))
+        agent_m, sampling_m = config.loop_for(model, calls)
         r = eval_model_task(
-            lk.root, model, stage, eval_set, questions, k, agent_m, sampling_m, backend, judge
-        )
+            lk.root, model, stage, eval_set, questions, k, agent_m, sampling_m, config.backend,
+            config.judge,
+        )  # fmt: skip
         refined = r.pop("refined", None)
         rows.append({"stage": stage, "model": model} | r)
         if refined is not None:  # Reagent-C: the second attempt beside the first

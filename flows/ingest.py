@@ -103,26 +103,13 @@ def _ingest_all(lk: Lake, files: list, config: IngestConfig, digests: list) -> l
 @flow(name="ingest", log_prints=False)
 @locked
 def ingest_flow(
-    paths: list[str],
-    lake: str | None = None,
-    source: str | None = None,
-    format: str | None = None,
-    force: bool = False,
-    eval_sets: list[str] | None = None,
-    max_records_per_file: int | None = None,
-    max_seconds_per_file: float | None = None,
+    paths: list[str], lake: str | None = None, config: IngestConfig | None = None
 ) -> dict:
-    """Ingest files and folders into the lake; returns per-file reports and totals.
-    ``eval_sets`` registers question pools (``dataset`` or ``dataset/split``) as evaluation sets
-    of the lake once the files are in (an unknown name fails the run and names the pools)."""
+    """Ingest files and folders into the lake; returns per-file reports and totals. The
+    config's ``eval_sets`` are registered as evaluation sets of the lake once the files are in
+    (an unknown name fails the run and names the pools)."""
     lk = Lake(lake)
-    config = IngestConfig(
-        source=source,
-        format=format,
-        force=force,
-        max_records_per_file=max_records_per_file,
-        max_seconds_per_file=max_seconds_per_file,
-    )
+    config = config or IngestConfig()
     lk.remove_temp_files()
     files = discover_files(paths)
     skipped = skipped_files(paths)
@@ -161,6 +148,6 @@ def ingest_flow(
         description=f"Ingest into {lk.root}: {totals}",
     )
     out = {"lake": lk.root, "files": reports, "totals": totals, "skipped": skipped}
-    if eval_sets:
-        out["eval_sets"] = list(register_eval_sets(lk, list(eval_sets)))
+    if config.eval_sets:
+        out["eval_sets"] = list(register_eval_sets(lk, list(config.eval_sets)))
     return out

@@ -16,28 +16,23 @@ from pipeline.lake import Lake
 
 
 @task(name="judge", cache_policy=NO_CACHE, **RETRIES)
-def judge_task(root: str, config: JudgeConfig, target: str, limit: int | None) -> dict:
+def judge_task(root: str, config: JudgeConfig) -> dict:
     judge = Judge(config)
     out = judge_lake(
-        Lake(root), judge, target, limit, on_batch=lambda n, total: report("judged", (n, total))
+        Lake(root),
+        judge,
+        config.target,
+        config.limit,
+        on_batch=lambda n, total: report("judged", (n, total)),
     )
     return out.as_dict()
 
 
 @flow(name="judge")
 @locked
-def judge_flow(
-    model: str,
-    lake: str | None = None,
-    target: str = "trajectories",
-    limit: int | None = None,
-    backend: str = "auto",
-    served_model: str | None = None,
-    max_tokens: int = 512,
-) -> dict:
+def judge_flow(config: JudgeConfig, lake: str | None = None) -> dict:
     """Judge what is not judged yet by this judge revision (weights, template, sampling)."""
-    config = JudgeConfig(model, served_model=served_model, backend=backend, max_tokens=max_tokens)
-    out = judge_task(Lake(lake).root, config, target, limit)
+    out = judge_task(Lake(lake).root, config)
     s = out["status"]
     create_markdown_artifact(
         key="judge",

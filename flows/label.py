@@ -1,30 +1,27 @@
 """The ``label`` flow: recorded pass rates by default, live rollouts when a policy is given
 (retried when the engine fails to start), with an artifact of the pass-rate histogram.
 
-``engines=N`` shards the questions over N engines, one ``label-shard`` task each, mapped over
+``config.engines=N`` shards the questions over N engines, one ``label-shard`` task each, mapped over
 the flow's task runner (``processes``, ``dask`` or ``ray`` put each engine in its own worker
 process; on a GPU machine shard i gets the (i mod n)-th of the flow's n visible GPUs). Each shard checkpoints its own
 batches, so a killed run resumes shard by shard.
 
-``judge=J`` then judges the live rollouts with a reasoning reward model (``flows.judge``; only
+``config.judge`` then judges the live rollouts with a reasoning reward model (``flows.judge``; only
 what this judge has not judged yet) and reports labelling's extra signal beside the pass rates:
 the judge's mean score per pass-rate bin (``pipeline.label.judge_signal``)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
-from pipeline.judge.config import JudgeConfig
 from pipeline.label import LabelConfig, judge_signal, label, pass_rate_histogram, planned, shards
 from pipeline.lake import Lake
-from pipeline.rollout.agent import AgentConfig
-from pipeline.rollout.engines import Sampling
-from pipeline.rollout.policy_loop import read_loop, turn_tokens
 
 
 @task(name="label", **CACHED, **RETRIES)
@@ -96,58 +93,25 @@ def _visible_gpus() -> list[str]:
 
 @flow(name="label")
 @locked
-def label_flow(
-    lake: str | None = None,
-    policy: str | None = None,
-    k: int = 8,
-    backend: str = "auto",
-    limit: int | None = None,
-    max_tokens: int | None = None,
-    temperature: float = 1.0,
-    agent: AgentConfig | None = None,
-    engines: int = 1,
-    batch_questions: int = 32,
-    judge: str | None = None,
-    judge_backend: str = "auto",
-    judge_max_tokens: int = 512,
-    seed: int = 0,
-) -> dict:
-    """Pass rates per unique question: recorded, or from K rollouts of ``policy`` through the
-    agent loop ``agent`` (default: the loop the policy was trained with, its agent_loop.json,
-    else the loop `flow train` uses), ``max_tokens`` per turn likewise (default 512), on
-    ``engines`` engines; with ``judge`` (a model folder or an OpenAI-compatible URL), the
-    judge's scores of the rollouts."""
-    if engines < 1:
-        raise ValueError(f"engines must be at least 1, got {engines}")
-    if judge and not policy:
-        raise ValueError("the judge scores live rollouts: give a policy")
+def label_flow(lake: str | None = None, config: LabelConfig | None = None) -> dict:
+    """Pass rates per unique question: recorded, or from K rollouts of the config's policy
+    through its agent loop, on ``config.engines`` engines; with ``config.judge``, the judge's
+    scores of the rollouts."""
+    config = config or LabelConfig()
     lk = Lake(lake)
-    loop = read_loop(policy)
-    agent = agent or (loop.agent if loop is not None else None)
-    max_tokens = turn_tokens(policy, max_tokens, 512)
-    config = LabelConfig(
-        k=k,
-        policy=policy,
-        backend=backend,
-        limit=limit,
-        batch_questions=batch_questions,
-        sampling=Sampling(temperature=temperature, max_tokens=max_tokens, seed=seed),
-        **({"agent": agent} if agent is not None else {}),
-    )
     report("stage", "label")
     log_upstream(lk, "label")
-    if engines > 1 and policy:
-        stats, state = _sharded(lk, config, engines)
+    if config.engines > 1:
+        stats, state = _sharded(lk, config, config.engines)
     else:
         run = run_cached(label_task, "label", lk, config)
         stats, state = {k: v for k, v in run.result.items() if k != "_owns"}, run.state
     judged, signal = None, []
-    if judge:
+    if config.judge is not None:
         from flows.judge import judge_task
 
         report("stage", "judge rollouts")
-        config = JudgeConfig(judge, backend=judge_backend, max_tokens=judge_max_tokens)
-        judged = judge_task(lk.root, config, "rollouts", None)
+        judged = judge_task(lk.root, replace(config.judge, target="rollouts", limit=None))
         signal = [s for s in judge_signal(lk) if s["judge_revision"] == judged["revision"]]
     hist = pass_rate_histogram(lk)
     lines = [
@@ -171,4 +135,4 @@ def label_flow(
         key="pass-rates", markdown="\n".join(lines), description=f"Labels in {lk.root}"
     )
     out = {"lake": lk.root, "state": state, "stats": stats, "histogram": hist}
-    return out | ({"judge": judged, "judge_signal": signal} if judge else {})
+    return out | ({"judge": judged, "judge_signal": signal} if judged is not None else {})

@@ -11,11 +11,16 @@ same prompt and tool rendering. ``MissionConfig.quick()`` is the CI-sized run.""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+from flows.runners import RunnerConfig
 from pipeline.demo.nano import EVAL_SET
 from pipeline.rollout.agent import AgentConfig
 
 STAGES = ("ingest", "validate", "dedup", "sft", "label", "build", "train", "eval")
+"""The mission's stages, in order (``flow run``)."""
+DATA_STAGES = ("ingest", "validate", "dedup", "label", "build")
+"""The data stages (``flow run --data-only``, the scheduled deployments)."""
 
 
 def nano_agent() -> AgentConfig:
@@ -32,31 +37,50 @@ def nano_agent() -> AgentConfig:
 class MissionConfig:
     """Sizes and settings of the whole run; the defaults are the laptop demo (minutes on CPU)."""
 
-    demo_dir: str = "data/demo"  # the demo corpus with the nano family, written when missing
-    # the nano family written into the demo corpus (pipeline.demo.nano.write_nano's arguments)
+    demo_dir: str = "data/demo"
+    """The demo corpus with the nano family, written when missing."""
     nano: dict = field(default_factory=lambda: {"n_solved": 1800, "n_pool": 1800, "n_eval": 64})
+    """The nano family written into the demo corpus (pipeline.demo.nano.write_nano's arguments)."""
     agent: AgentConfig = field(default_factory=nano_agent)
-    sft_steps: int = 3000  # 2,000 left the copy jump at the cosine tail (docs/training.md)
+    """The one agent loop of every stage (SFT rendering, labels, training, evaluation)."""
+    sft_steps: int = 3000
+    """2,000 left the copy jump at the cosine tail (docs/training.md)."""
     sft_batch: int = 32
-    k: int = 8  # rollouts per question for the difficulty labels
-    temperature: float = 1.0  # labels, training and evaluation sample alike
-    max_tokens: int = 64  # per assistant turn
-    backend: str = "auto"  # labelling and evaluation engine: vLLM where installed
-    # label at most this many questions (None: all); K=8 rollouts of 800 questions take ~2 min
-    # on two cores, and the demo's pyramid needs no more
+    """SFT batch size (trajectories per step)."""
+    k: int = 8
+    """Rollouts per question for the difficulty labels."""
+    temperature: float = 1.0
+    """Labels, training and evaluation sample alike."""
+    max_tokens: int = 64
+    """Per assistant turn."""
+    backend: str = "auto"
+    """Labelling and evaluation engine: vLLM where installed."""
     label_limit: int | None = 800
+    """Label at most this many questions (None: all); K=8 rollouts of 800 questions take ~2 min on
+    two cores, and the demo's pyramid needs no more.
+    """
     train_steps: int = 60
+    """GRPO-TCR steps."""
     prompts_per_step: int = 16
+    """GRPO-TCR questions per step."""
     group_size: int = 8
+    """GRPO-TCR samples per question (K)."""
     lr: float = 1e-4
+    """GRPO-TCR learning rate."""
     train_backend: str = "auto"
+    """GRPO-TCR's rollout engine: auto (vLLM where installed) | vllm | transformers."""
     train_options: dict = field(default_factory=lambda: {"warmup_steps": 5})
+    """Any other TrainConfig fields of the GRPO-TCR stage."""
     eval_set: str = EVAL_SET
+    """The held-out evaluation set of the before/after evaluation."""
     eval_k: int = 8
+    """Samples per held-out question."""
     eval_limit: int | None = None
-    # one seed for the nano policy's initial weights and SFT order, the rollouts' sampling and
-    # GRPO's stream (the nano policy's outcome spreads across seeds: docs/training.md)
+    """At most this many held-out questions (None: all)."""
     seed: int = 0
+    """One seed for the nano policy's initial weights and SFT order, the rollouts' sampling and
+    GRPO's stream (the nano policy's outcome spreads across seeds: docs/training.md).
+    """
 
     @classmethod
     def quick(cls) -> MissionConfig:
@@ -81,3 +105,50 @@ class MissionConfig:
 
     def with_agent(self, **changes) -> MissionConfig:
         return replace(self, agent=replace(self.agent, **changes))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What ``flow run`` runs: on which inputs, which stages, on which runner."""
+
+    inputs: tuple[str, ...] = ()
+    """Input files or folders (default: the demo corpus, written when missing)."""
+    policy: str | None = None
+    """A model folder: labels from its live rollouts instead of recorded attempts; in the
+    mission it takes the SFT stage's place."""
+    dataset: str = "demo"
+    """The dataset name to publish (datasets/<name>/v<N>)."""
+    data_only: bool = False
+    """Only the data stages (ingest ... build), labelled from recorded attempts or from the
+    policy's live rollouts; default: the whole mission (sft, live labels of the SFT policy,
+    build, GRPO-TCR, eval)."""
+    until: str | None = None
+    """Stop after this stage (ingest validate dedup sft label build train eval)."""
+    quick: bool = False
+    """The CI-sized mission: fewer questions, steps and rollouts."""
+    seed: int = 0
+    """The mission's seed: nano weights, SFT order, rollouts, GRPO."""
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    """Where the mapped work (files, signature partitions) runs."""
+
+    def __post_init__(self) -> None:
+        from pipeline.build.config import check_name
+
+        check_name(self.dataset)
+        known = DATA_STAGES if self.data_only else STAGES
+        if self.until is not None and self.until not in known:
+            raise ValueError(f"until must be one of {', '.join(known)}, not {self.until!r}")
+        if self.policy is not None and not Path(self.policy).is_dir():
+            raise ValueError(f"policy {self.policy} is not a model folder")
+
+    def mission(self) -> MissionConfig | None:
+        """The mission's sizes (None: the data stages only)."""
+        if self.data_only:
+            return None
+        return replace(MissionConfig.quick() if self.quick else MissionConfig(), seed=self.seed)
+
+    def without_model_code(self) -> RunConfig:
+        """The data stages only, up to ``until`` where it is one: what a run does when the
+        sandbox for model code is unavailable."""
+        until = self.until if self.until in DATA_STAGES else None
+        return replace(self, data_only=True, until=until)

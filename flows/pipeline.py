@@ -25,21 +25,23 @@ from flows.build import build_flow
 from flows.dedup import dedup_flow
 from flows.ingest import ingest_flow
 from flows.label import label_flow
+from flows.mission import DATA_STAGES, MissionConfig
 from flows.mission import STAGES as MISSION_STAGES
-from flows.mission import MissionConfig
 from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
+from pipeline.build import BuildConfig
 from pipeline.demo.nano import EVAL_SET
-from pipeline.label import model_revision
+from pipeline.label import LabelConfig, model_revision
 from pipeline.lake import Lake, resolve_root
 from pipeline.lake.latest import latest_dataset, latest_sft
 from pipeline.report import conservation, write_report
+from pipeline.rollout.engines import Sampling
 
 DEMO_DIR = "data/demo"
 
 
-STAGES = ("ingest", "validate", "dedup", "label", "build")
+STAGES = DATA_STAGES
 EXTRA = ("record", "train")  # stages a run names explicitly: the recorder's commit, training
 ORDER = ("record", *STAGES, "train")
 
@@ -203,39 +205,39 @@ def _dedup(run: _Run) -> _Step:
 
 def _sft(run: _Run) -> _Step:
     from flows.sft import sft_flow
+    from trainer.sft import SFTTrainConfig
 
     m = run.mission
 
     def hand_on(out: dict) -> None:
         run.policy = out["policy"]
 
-    params = {
-        "lake": run.root,
-        "out": f"{run.root}/runs/sft-{{key}}",
-        "steps": m.sft_steps,
-        "batch_size": m.sft_batch,
-        "agent": m.agent,
-        "seed": m.seed,
-    }
+    config = SFTTrainConfig(
+        out=f"{run.root}/runs/sft-{{key}}",
+        steps=m.sft_steps,
+        batch_size=m.sft_batch,
+        agent=m.agent,
+        seed=m.seed,
+    )
+    params = {"lake": run.root, "config": config}
     return _Step(sft_flow, params, after=hand_on)
 
 
 def _label(run: _Run) -> _Step:
     m = run.mission
     if m is None:
-        return _Step(label_flow, {"lake": run.root, "policy": run.policy, "k": run.k})
-    params = {
-        "lake": run.root,
-        "policy": run.the_policy(),
-        "k": m.k,
-        "backend": m.backend,
-        "limit": m.label_limit,
-        "max_tokens": m.max_tokens,
-        "temperature": m.temperature,
-        "agent": m.agent,
-        "seed": m.seed,
-    }
-    return _Step(label_flow, params)
+        return _Step(
+            label_flow, {"lake": run.root, "config": LabelConfig(policy=run.policy, k=run.k)}
+        )
+    config = LabelConfig(
+        policy=run.the_policy(),
+        k=m.k,
+        backend=m.backend,
+        limit=m.label_limit,
+        sampling=Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
+        agent=m.agent,
+    )
+    return _Step(label_flow, {"lake": run.root, "config": config})
 
 
 def _build(run: _Run) -> _Step:
@@ -246,58 +248,61 @@ def _build(run: _Run) -> _Step:
         # the labels this run stands for: a policy's rollouts, else the recorded attempts
         # (never the live labels an earlier mission left in the lake)
         source = "rollouts" if run.policy else "recorded"
-        params = {"lake": run.root, "name": run.dataset, "label_source": source}
-        return _Step(build_flow, params, after=keep)
-    params = {
-        "lake": run.root,
-        "name": run.dataset,
-        "system_prompt": run.mission.agent.system_prompt,
-        "label_source": "rollouts",
-        "label_revision": model_revision(run.the_policy()),  # this policy's pass rates only
-    }
-    return _Step(build_flow, params, after=keep)
+        config = BuildConfig(name=run.dataset, label_source=source)
+        return _Step(build_flow, {"lake": run.root, "config": config}, after=keep)
+    config = BuildConfig(
+        name=run.dataset,
+        system_prompt=run.mission.agent.system_prompt,
+        label_source="rollouts",
+        label_revision=model_revision(run.the_policy()),  # this policy's pass rates only
+    )
+    return _Step(build_flow, {"lake": run.root, "config": config}, after=keep)
 
 
 def _train(run: _Run) -> _Step:
     from flows.train import train_flow
+    from trainer.config import TrainConfig
 
     path = run.the_dataset()
     version = path.rstrip("/").rsplit("/", 1)[-1]
     m = run.mission
     if m is None:
-        params = {
-            "dataset": path,
-            "model": run.train_model,
-            "out": f"{run.root}/runs/{run.dataset}-{version}",
-            "steps": run.train_steps,
-        } | (run.train_options or {})
-        return _Step(train_flow, params)
+        config = TrainConfig(
+            dataset=path,
+            model=run.train_model,
+            out=f"{run.root}/runs/{run.dataset}-{version}",
+            steps=run.train_steps,
+            **(run.train_options or {}),
+        )
+        return _Step(train_flow, {"config": config})
     policy = run.the_policy()
     if (run.manifest or _read_manifest(run.lake, path))["rl"]["rows"] == 0:
         return _Step(
             skipped=f"train skipped: {path} has no RL rows (every labelled question was 0/K or "
             "K/K for this policy; see the pass-rate histogram)"
         )
-    params = {
-        "dataset": path,
-        "model": policy,
-        "out": f"{run.root}/runs/{run.dataset}-{version}-grpo-" + _train_key(policy, m),
-        "steps": m.train_steps,
-        "prompts_per_step": m.prompts_per_step,
-        "group_size": m.group_size,
-        "lr": m.lr,
-        "max_tokens": m.max_tokens,
-        "rollout_backend": m.train_backend,
-        "agent": m.agent,
-        "options": {"temperature": m.temperature, "seed": m.seed} | m.train_options,
-    }
-    return _Step(train_flow, params)
+    config = TrainConfig(
+        dataset=path,
+        model=policy,
+        out=f"{run.root}/runs/{run.dataset}-{version}-grpo-" + _train_key(policy, m),
+        steps=m.train_steps,
+        prompts_per_step=m.prompts_per_step,
+        group_size=m.group_size,
+        lr=m.lr,
+        max_tokens=m.max_tokens,
+        rollout_backend=m.train_backend,
+        agent=m.agent,
+        temperature=m.temperature,
+        seed=m.seed,
+        **m.train_options,
+    )
+    return _Step(train_flow, {"config": config})
 
 
 def _eval(run: _Run) -> _Step:
     from flows.evaluate import eval_flow
+    from pipeline.evaluate.config import EvalConfig
     from pipeline.evaluate.sets import held_out
-    from pipeline.rollout.engines import Sampling
 
     m = run.mission
     if not held_out(run.lake, m.eval_set, 1):
@@ -309,17 +314,15 @@ def _eval(run: _Run) -> _Step:
     models = [(run.the_policy(), "sft")]
     if "train" in run.results:
         models.append((f"{run.results['train']['out']}/checkpoint-latest", "grpo"))
-    params = {
-        "models": models,
-        "eval_set": m.eval_set,
-        "lake": run.root,
-        "k": m.eval_k,
-        "limit": m.eval_limit,
-        "agent": m.agent,
-        "sampling": Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
-        "backend": m.backend,
-    }
-    return _Step(eval_flow, params)
+    config = EvalConfig(
+        eval_set=m.eval_set,
+        k=m.eval_k,
+        limit=m.eval_limit,
+        agent=m.agent,
+        sampling=Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
+        backend=m.backend,
+    )
+    return _Step(eval_flow, {"models": models, "config": config, "lake": run.root})
 
 
 STEPS: dict[str, Callable[[_Run], _Step]] = {

@@ -16,21 +16,16 @@ from pipeline.recorder.stage import commit
 
 
 @task(name="commit-recorded", cache_policy=NO_CACHE, **RETRIES)
-def commit_task(root: str, config: CommitConfig, wal: str | None) -> dict:
-    return commit(Lake(root), config, wal).as_dict()
+def commit_task(root: str, config: CommitConfig) -> dict:
+    return commit(Lake(root), config).as_dict()
 
 
 @flow(name="record")
 @locked
-def record_flow(
-    lake: str | None = None,
-    wal: str | None = None,
-    idle_seconds: float = 600.0,
-    flush: bool = False,
-) -> dict:
+def record_flow(lake: str | None = None, config: CommitConfig | None = None) -> dict:
     """Commit the finished episodes of the recorder's log as the ``recorded`` source."""
     root = Lake(lake).root
-    out = commit_task(root, CommitConfig(idle_seconds=idle_seconds, flush=flush), wal)
+    out = commit_task(root, config or CommitConfig())
     ing = out.get("ingest") or {}
     create_markdown_artifact(
         key="record-commit",

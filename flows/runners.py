@@ -7,9 +7,29 @@ write through the lake root, so every worker must reach it (a shared disk or an 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 RUNNERS = ("threads", "processes", "dask", "ray")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Where a flow's mapped work runs."""
+
+    runner: str | None = None
+    """threads | processes | dask | ray; None: threads for the pipeline's mapped work,
+    processes for label's engines (each engine in a worker process of its own)."""
+    workers: int | None = None
+    """Workers of the task runner (None: one thread, or the runner's own default)."""
+    address: str | None = None
+    """Address of a running Dask or Ray cluster (tcp://scheduler:8786); None: start a local one."""
+
+    def __post_init__(self) -> None:
+        if self.runner is not None and self.runner not in RUNNERS:
+            raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, not {self.runner!r}")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"workers must be at least 1, not {self.workers}")
 
 
 def task_runner(

@@ -13,9 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
 from pipeline.build import lake_sft_rows
-from pipeline.rollout.agent import AgentConfig
 from trainer.sft import SFTTrainConfig, run_key, sft
-from trainer.train import agent_config
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
 
@@ -32,41 +30,18 @@ def sft_task(config: SFTTrainConfig, lake: str | None = None) -> dict:
 
 
 @flow(name="sft")
-def sft_flow(
-    dataset: str | None = None,
-    out: str = "runs/sft",
-    model: str | None = None,
-    steps: int = 300,
-    batch_size: int = 32,
-    lr: float | None = None,
-    max_turns: int = 4,
-    tools: str = "python",
-    lake: str | None = None,
-    agent: AgentConfig | None = None,
-    seed: int = 0,
-) -> dict:
-    """SFT of ``model`` (None: the nano policy, from scratch) on ``dataset``'s SFT split, or
-    on the lake's correct trajectories (``lake``; ``{key}`` in ``out`` becomes the data and
-    config's key), with the prompt and tool rendering RL will use (``agent``, else the
-    dataset's system prompt and ``max_turns``)."""
-    if (dataset is None) == (lake is None):
+def sft_flow(config: SFTTrainConfig, lake: str | None = None) -> dict:
+    """SFT of ``config.model`` (None: the nano policy, from scratch) on ``config.dataset``'s SFT
+    split, or on the lake's correct trajectories (``lake``; ``{key}`` in ``config.out`` becomes
+    the data and config's key), with the prompt and tool rendering RL will use."""
+    if (config.dataset is None) == (lake is None):
         raise ValueError("give a dataset folder or a lake, not both")
-    config = SFTTrainConfig(
-        out=out,
-        model=model,
-        dataset=dataset,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        agent=agent or agent_config(dataset, max_turns, tools),
-        seed=seed,
-    )
     run = sft_task(config, lake)
     out, history = run["out"], run["history"]
     lines = [
         "# SFT",
         "",
-        f"{dataset or lake}, model `{model or 'nano (from scratch)'}`, {len(history)} steps "
+        f"{config.dataset or lake}, model `{config.model or 'nano (from scratch)'}`, {len(history)} steps "
         f"run now; checkpoint `{out}/checkpoint-latest`",
         "",
         "| step | loss | tokens | lr |",
@@ -77,7 +52,7 @@ def sft_flow(
         for h in history[:: max(1, len(history) // 20)]
     ]
     create_markdown_artifact(
-        key="sft", markdown="\n".join(lines), description=f"SFT on {dataset or lake}"
+        key="sft", markdown="\n".join(lines), description=f"SFT on {config.dataset or lake}"
     )
     return {
         "out": out,

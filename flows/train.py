@@ -12,9 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.local_server import install as install_server_watchdog
 from flows.progress import report
 from pipeline.evaluate.alarms import alarms
-from pipeline.rollout.agent import AgentConfig
-from pipeline.rollout.policy_loop import turn_tokens
-from trainer.train import TrainConfig, agent_config, train
+from trainer.train import TrainConfig, train
 
 install_server_watchdog()  # the local server Prefect starts for this flow dies with us
 
@@ -42,43 +40,16 @@ def eval_task(model: str, questions: list[dict], k: int, config: TrainConfig) ->
 
 @flow(name="train")
 def train_flow(
-    dataset: str,
-    model: str,
-    out: str,
-    steps: int = 100,
-    prompts_per_step: int = 8,
-    group_size: int = 8,
-    lr: float = 1e-6,
-    max_tokens: int | None = None,
+    config: TrainConfig,
     eval_questions: list[dict] | None = None,
-    eval_k: int = 4,
-    max_turns: int | None = None,
-    rollout_backend: str = "auto",
-    tools: str | None = None,
     lake: str | None = None,
     eval_set: str | None = None,
-    agent: AgentConfig | None = None,
-    options: dict | None = None,
 ) -> dict:
-    """Train ``model`` on ``dataset``'s RL split; checkpoints and metrics under ``out``; with
-    held-out ``eval_questions``, average@k / maj@k / pass@k before and after training.
-    The agent loop: ``agent``, else the one built from ``max_turns``/``tools`` and the
-    dataset's prompt, else (neither given) the loop ``model`` was trained with (its
-    agent_loop.json); ``max_tokens`` per turn likewise (default 256). ``options``: any other
-    ``TrainConfig`` fields (warmup_steps, use_overlong, ...)."""
-    config = TrainConfig(
-        model=model,
-        dataset=dataset,
-        out=out,
-        steps=steps,
-        prompts_per_step=prompts_per_step,
-        group_size=group_size,
-        lr=lr,
-        max_tokens=turn_tokens(model, max_tokens, 256),
-        agent=agent or agent_config(dataset, max_turns, tools, model),
-        rollout_backend=rollout_backend,
-        **(options or {}),
-    )
+    """Train ``config.model`` on ``config.dataset``'s RL split; checkpoints and metrics under
+    ``config.out``; with held-out ``eval_questions``, average@k / maj@k / pass@k
+    (k = ``config.eval_k``) before and after training, kept in ``lake``'s evals table as
+    ``eval_set``."""
+    model, out, dataset, eval_k = config.model, config.out, config.dataset, config.eval_k
     before = eval_task(model, eval_questions, eval_k, config) if eval_questions else None
     history = train_task(config, eval_questions if config.eval_every else None)
     after = (

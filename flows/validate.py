@@ -12,7 +12,6 @@ from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, report
 from pipeline.lake import Lake
 from pipeline.validate import ValidateConfig, summary_markdown, validate
-from schemas.expectations import Limits
 
 
 @task(name="validate-tables", **CACHED, **RETRIES)
@@ -32,21 +31,10 @@ def validate_task(root: str, config: ValidateConfig, fingerprint: str, code: str
 
 @flow(name="validate")
 @locked
-def validate_flow(
-    lake: str | None = None,
-    tables: list[str] | None = None,
-    force: bool = False,
-    max_messages: int = 400,
-    data_docs: bool = True,
-) -> dict:
+def validate_flow(lake: str | None = None, config: ValidateConfig | None = None) -> dict:
     """Validate every committed part not yet validated with the current suite version."""
     lk = Lake(lake)
-    config = ValidateConfig(
-        tables=tuple(tables or ("trajectories", "questions", "attempts")),
-        force=force,
-        data_docs=data_docs,
-        limits=Limits(max_messages=max_messages),
-    )
+    config = config or ValidateConfig()
     report("stage", "validate")
     run = run_cached(validate_task, "validate", lk, config)
     out = run.result | {"state": run.state}

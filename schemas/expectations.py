@@ -40,10 +40,15 @@ class Limits:
     """Configurable bounds used by the rules (``flow validate`` options)."""
 
     reward_min: float = -1.0
+    """The smallest reward a trajectory may carry."""
     reward_max: float = 1.0
+    """The largest reward a trajectory may carry."""
     max_messages: int = 400
+    """Warn above this many messages per trajectory."""
     max_chars: int = 2_000_000
+    """Warn above this many characters per trajectory."""
     max_question_chars: int = 20_000
+    """Warn above this many characters per question."""
 
 
 def _rule(table: str):

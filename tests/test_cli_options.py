@@ -1,9 +1,12 @@
 """Every command's options reach what they configure: a test walks every `flow` command.
 
-* each option a command declares is used by its body (an option that is parsed and then
+* an option derived from a config field, given a value other than its default on the command
+  line, is that value in the config the command's body receives (an option that is parsed and
   dropped, as `flow label --judge-backend` once was, fails here);
-* an option named like a field of the config its command builds has that field's default, so a
-  default changed in the config cannot silently stay old on the command line.
+* a command declares no option of its own under a name its config already has (a copy whose
+  default or check could drift from the config's);
+* each option a command declares by hand is read by its body;
+* every field of every stage config has a docstring, the help its option shows.
 """
 
 from __future__ import annotations
@@ -12,28 +15,37 @@ import ast
 import dataclasses
 import inspect
 import textwrap
+import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+import typer
 
 from flows.cli import app
-from flows.mission import MissionConfig
+from flows.mission import MissionConfig, RunConfig
+from flows.runners import RunnerConfig
 from pipeline.build import BuildConfig
 from pipeline.build.select import SelectConfig
 from pipeline.build.sft import SFTConfig
+from pipeline.config_fields import field_docs
 from pipeline.dedup import DedupConfig
 from pipeline.diversity.config import DiversityConfig
+from pipeline.evaluate.config import EvalConfig
 from pipeline.exports import ExportConfig
 from pipeline.ingest import IngestConfig
 from pipeline.judge.config import JudgeConfig
 from pipeline.label import LabelConfig
 from pipeline.lake.compact import CompactConfig
-from pipeline.lake.query import QueryConfig
+from pipeline.lake.query import AdHocQueryConfig, QueryConfig
+from pipeline.model_import.config import ImportConfig
 from pipeline.recorder.config import CommitConfig, RecorderConfig
 from pipeline.rollout.agent import AgentConfig
+from pipeline.rollout.engines import Sampling
+from pipeline.sandbox import SandboxConfig
 from pipeline.validate import ValidateConfig
-from trainer.config import TrainConfig
-from trainer.sft import SFTTrainConfig
+from schemas.expectations import Limits
+from trainer.config import SFTTrainConfig, TrainConfig
 
 
 def commands() -> Iterator[tuple[str, Callable]]:
@@ -46,37 +58,167 @@ def commands() -> Iterator[tuple[str, Callable]]:
 
 
 COMMANDS = dict(commands())
+CLICK = typer.main.get_command(app)
 
-# The configs each command builds (directly or through its flow).
-CONFIGS: dict[str, tuple[type, ...]] = {
-    "ingest": (IngestConfig,),
-    "validate": (ValidateConfig,),
-    "dedup": (DedupConfig,),
-    "compact": (CompactConfig,),
-    "record": (RecorderConfig,),
-    "record-commit": (CommitConfig,),
-    "judge": (JudgeConfig,),
-    "label": (LabelConfig, AgentConfig),
-    "build": (BuildConfig, SelectConfig, SFTConfig, ExportConfig, DiversityConfig),
-    "sft": (SFTTrainConfig,),
-    "train": (TrainConfig, AgentConfig),
-    "eval": (AgentConfig,),
-    "query": (QueryConfig,),
-    "run": (MissionConfig,),
+# The stage commands: each builds its config from options derived from the config's fields.
+STAGE_COMMANDS = {
+    "ingest", "validate", "dedup", "compact", "record", "record-commit", "judge", "label",
+    "build", "sft", "train", "eval", "query", "run", "model import",
+}  # fmt: skip
+
+# Values a field takes on the command line in this test, other than its default, that the
+# config accepts (a choice, a name, a folder that must exist: made in `folders`).
+SAMPLES: dict[str, object] = {
+    "backend": "transformers",
+    "lsh": "datasketch",
+    "format": "sharegpt",
+    "target": "rollouts",
+    "label_source": "recorded",
+    "objective": "strata",
+    "tool_arguments": "string",
+    "tools": "none",
+    "rollout_backend": "transformers",
+    "runner": "dask",
+    "tables": ("questions",),
+    "eval_sets": ("math500",),
+    "allowed_origins": ("http://localhost:3000",),
+    "dimensions": ("domain", "source"),
+    "upstream": "http://127.0.0.1:9/v1",
+    "name": "a-name",
+    "dataset": "a-name",  # run's dataset is a name; sft's and train's are folders (below)
+    "eval_set": "gsm8k",
+    "memory_limit": "1GB",
+    "gguf": "x.gguf",
+    "until": "dedup",
+    ("dedup", "backend"): "datasketch",
+    ("query", "format"): "csv",
+    ("judge", "backend"): "openai",
+    ("label", "judge.backend"): "vllm",
 }
 
-# A command option that shares a field's name but means something else there, with why.
-DIFFERENT_ON_PURPOSE: dict[tuple[str, str], str] = {
-    ("query", "memory_limit"): "an ad-hoc query is bounded; the stages' own queries are not",
-    ("query", "threads"): "an ad-hoc query leaves the machine's other cores to the pipeline",
+# Options that are only accepted beside another: what the command line adds when testing them.
+BESIDE: dict[tuple[str, str], list[str]] = {
+    ("eval", "refine"): ["--judge", "a-judge"],
+    ("eval", "judge"): ["--refine"],
+    ("train", "judge_weight"): ["--judge", "a-judge"],
+    ("train", "refine"): ["--judge", "a-judge"],
+    ("label", "engines"): ["--policy", "{policy}"],
+    ("label", "judge.model"): ["--policy", "{policy}"],
+    ("label", "judge.backend"): ["--policy", "{policy}", "--judge", "a-judge"],
+    ("label", "judge.max_tokens"): ["--policy", "{policy}", "--judge", "a-judge"],
 }
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> dict[str, str]:
+    """A model folder and a dataset folder with both splits, for the options that name them."""
+    model = tmp_path / "model"
+    model.mkdir()
+    data = tmp_path / "datasets" / "d" / "v1"
+    for split in ("rl", "sft"):
+        (data / split).mkdir(parents=True)
+    return {"model": str(model), "policy": str(model), "dataset_folder": str(data)}
+
+
+def _other(opt, folders: dict[str, str], command: str) -> object:
+    """A value for ``opt`` that is not its default and that its config accepts."""
+    leaf = opt.path.rsplit(".", 1)[-1]
+    for key in ((command, opt.path), (command, leaf)):
+        if key in SAMPLES:
+            return SAMPLES[key]
+    if leaf == "dataset" and command in ("sft", "train"):
+        return folders["dataset_folder"]
+    if leaf in ("model", "policy") and command not in ("judge",) and opt.path != "judge.model":
+        return folders[leaf]
+    if leaf in SAMPLES:
+        return SAMPLES[leaf]
+    base = typing.get_args(opt.type)[0] if typing.get_args(opt.type) else opt.type
+    default = None if opt.default is inspect.Parameter.empty else opt.default
+    if typing.get_origin(base) is list:
+        return (f"{leaf}-value",)
+    if base is bool:
+        return not default
+    if base is int:
+        return (default or 1) + 2
+    if base is float:
+        return (default or 1.0) * 0.5
+    return f"{leaf}-value"
+
+
+def _argv(opt, value: object) -> list[str]:
+    if opt.argument:
+        return [str(value)]
+    if isinstance(value, bool):
+        return [opt.flag if value else "--no-" + opt.flag[2:]]
+    if isinstance(value, tuple):
+        return [x for v in value for x in (opt.flag, str(v))]
+    return [opt.flag, str(value)]
+
+
+def _get(config: object, path: str) -> object:
+    for name in path.split("."):
+        config = getattr(config, name)
+    return config
+
+
+def _required_argv(command: str, cb: Callable, folders: dict[str, str]) -> list[str]:
+    """What the command needs to parse at all (its required options and arguments)."""
+    argv = []
+    for opt in getattr(cb, "options", []):
+        if opt.default is inspect.Parameter.empty:
+            argv += _argv(opt, _other(opt, folders, command))
+    extra = {"ingest": ["in.jsonl"], "query": ["SELECT 1"], "eval": ["--model", folders["model"]]}
+    return argv + extra.get(command, [])
 
 
 def test_every_command_is_walked():
     assert len(COMMANDS) >= 18, sorted(COMMANDS)
-    assert {"ingest", "label", "build", "sft", "train", "eval", "run", "model import"} <= set(
-        COMMANDS
-    )
+    assert {c for c in COMMANDS if getattr(COMMANDS[c], "configs", None)} == STAGE_COMMANDS
+
+
+@pytest.mark.parametrize("name", sorted(STAGE_COMMANDS))
+def test_each_option_reaches_the_config_the_command_builds(name, folders):
+    """Each option alone on the command line, set to another value than its default: the
+    config built from the parsed command line holds that value at the option's field."""
+    cb = COMMANDS[name]
+    click_cmd = CLICK.commands[name] if " " not in name else None
+    if click_cmd is None:
+        group, sub = name.split(" ")
+        click_cmd = CLICK.commands[group].commands[sub]
+    base = _required_argv(name, cb, folders)
+    for opt in cb.options:
+        value = _other(opt, folders, name)
+        beside = [a.format(**folders) for a in BESIDE.get((name, opt.path), [])]
+        argv = base + beside
+        if opt.default is not inspect.Parameter.empty:
+            argv += _argv(opt, value)
+        params = click_cmd.make_context(name, list(argv)).params
+        built = {p: make(params) for p, (_, make) in cb.configs.items()}
+        (config,) = [c for c in built.values() if _owns(c, opt.path)]
+        assert _get(config, opt.path) == value, (
+            f"flow {name} {' '.join(argv)}: {type(config).__name__}.{opt.path} is "
+            f"{_get(config, opt.path)!r}, not {value!r}"
+        )
+
+
+def _owns(config: object, path: str) -> bool:
+    try:
+        _get(config, path)
+    except AttributeError:
+        return False
+    return True
+
+
+def test_an_option_the_config_refuses_exits_2_naming_it():
+    """The config's own check is the command line's check, with the option named."""
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["dedup", "--threshold", "2"])
+    assert r.exit_code == 2 and "--threshold" in r.output and "(0, 1]" in r.output
+    r = CliRunner().invoke(app, ["label", "--judge-backend", "vllm"])
+    assert r.exit_code == 2 and "judge.model" in r.output
+    r = CliRunner().invoke(app, ["train", "--dataset", "nowhere", "--model", "nowhere"])
+    assert r.exit_code == 2 and "not a model folder" in r.output
 
 
 def _used_names(fn: Callable) -> set[str]:
@@ -89,40 +231,51 @@ def _used_names(fn: Callable) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_every_option_a_command_declares_is_used(name):
-    fn = COMMANDS[name]
-    unused = set(inspect.signature(fn).parameters) - _used_names(fn)
+def test_every_parameter_a_command_body_takes_is_used(name):
+    """The body's own parameters (the configs it receives included) are all read."""
+    body = getattr(COMMANDS[name], "body", COMMANDS[name])
+    unused = set(inspect.signature(body).parameters) - _used_names(body)
     assert not unused, f"`flow {name}` declares options its body never reads: {sorted(unused)}"
 
 
-def _field_default(cls: type, field: dataclasses.Field) -> object:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return inspect.Parameter.empty
+# A command option that shares a field's name but means something else there, with why.
+DIFFERENT_ON_PURPOSE: dict[tuple[str, str], str] = {
+    ("eval", "model"): "the model evaluated, not a config field (EvalConfig has none)",
+}
 
 
-def _same(cli: object, config: object) -> bool:
-    if isinstance(config, tuple) and isinstance(cli, list | tuple):
-        return tuple(cli) == config
-    return cli == config
+@pytest.mark.parametrize("name", sorted(STAGE_COMMANDS))
+def test_no_command_redeclares_an_option_its_config_has(name):
+    cb = COMMANDS[name]
+    fields = {
+        f.name
+        for cls, _ in cb.configs.values()
+        for f in dataclasses.fields(cls)
+        if (name, f.name) not in DIFFERENT_ON_PURPOSE
+    }
+    own = set(inspect.signature(cb.body).parameters) - set(cb.configs)
+    assert not own & fields, f"`flow {name}` re-declares {sorted(own & fields)}"
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_an_option_named_like_a_config_field_has_its_default(name):
-    fn = COMMANDS[name]
-    fields = {f.name: (cls, f) for cls in reversed(CONFIGS[name]) for f in dataclasses.fields(cls)}
-    drift = []
-    for p in inspect.signature(fn).parameters.values():
-        if p.name not in fields or (name, p.name) in DIFFERENT_ON_PURPOSE:
-            continue
-        cls, f = fields[p.name]
-        want = _field_default(cls, f)
-        if p.default is None or inspect.Parameter.empty in (p.default, want):
-            continue  # None: "the config's default"; no default: a required option
-        if not _same(p.default, want):
-            drift.append(
-                f"--{p.name.replace('_', '-')} = {p.default!r}, {cls.__name__}.{f.name} = {want!r}"
-            )
-    assert not drift, f"`flow {name}` defaults that differ from its config: {drift}"
+STAGE_CONFIGS = (
+    IngestConfig, ValidateConfig, Limits, DedupConfig, CompactConfig, RecorderConfig,
+    CommitConfig, JudgeConfig, LabelConfig, Sampling, AgentConfig, SandboxConfig, BuildConfig,
+    SelectConfig, SFTConfig, ExportConfig, DiversityConfig, SFTTrainConfig, TrainConfig,
+    EvalConfig, QueryConfig, AdHocQueryConfig, ImportConfig, RunConfig, RunnerConfig,
+    MissionConfig,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("cls", STAGE_CONFIGS, ids=lambda c: c.__name__)
+def test_every_config_field_has_a_docstring(cls):
+    docs = field_docs(cls)
+    missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+    assert not missing, f"{cls.__name__} fields without a docstring: {missing}"
+
+
+def test_an_option_shows_its_field_docstring_and_default():
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, ["dedup", "--help"], terminal_width=200)
+    assert field_docs(DedupConfig)["threshold"] in " ".join(r.output.split())
+    assert "[default: 0.8]" in r.output

@@ -55,7 +55,7 @@ def test_many_small_files_become_a_few_bundles_with_the_same_rows(tmp_path):
     validate(lake, ValidateConfig(data_docs=False, now=PINNED))
     before = _snapshot(lake)
     files_before = sum(1 for _ in (tmp_path / "lake" / "tables").rglob("*.parquet"))
-    r = compact(lake, CompactConfig(bundle_bytes=1 << 20))
+    r = compact(lake, CompactConfig(bundle_mb=1))
     files_after = sum(1 for _ in (tmp_path / "lake" / "tables").rglob("*.parquet"))
     assert r.files == 300 and r.bundles >= 1 and files_after < files_before / 20, (r, files_after)
     assert _snapshot(lake) == before  # every table and view: the same rows

@@ -7,6 +7,8 @@ import json
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from pipeline.validate import ValidateConfig
+
 
 @pytest.fixture(scope="module")
 def harness():
@@ -78,7 +80,7 @@ def test_dedup_flow_records_an_artifact(harness, shared, tmp_path):
 
     lake = str(tmp_path / "lake")
     ingest_flow(paths=[str(shared / "llamafactory")], lake=lake)
-    validate_flow(lake=lake, data_docs=False)
+    validate_flow(lake=lake, config=ValidateConfig(data_docs=False))
     state = dedup_flow(lake=lake, return_state=True)
     assert state.is_completed()
     out = state.result()
@@ -104,11 +106,13 @@ def test_label_flow_records_a_pass_rate_artifact(harness, shared, tiny_model, tm
     from flows.ingest import ingest_flow
     from flows.label import label_flow
     from flows.validate import validate_flow
+    from pipeline.judge.config import JudgeConfig
+    from pipeline.label import LabelConfig
     from pipeline.rollout.agent import AgentConfig
 
     lake = str(tmp_path / "lake")
     ingest_flow(paths=[str(shared / "qwen25_math_rollouts")], lake=lake)
-    validate_flow(lake=lake, data_docs=False)
+    validate_flow(lake=lake, config=ValidateConfig(data_docs=False))
     dedup_flow(lake=lake)
     state = label_flow(lake=lake, return_state=True)
     assert state.is_completed()
@@ -130,20 +134,18 @@ def test_label_flow_records_a_pass_rate_artifact(harness, shared, tiny_model, tm
     )
     lake = str(tmp_path / "live")
     ingest_flow(paths=[str(pool)], lake=lake)
-    validate_flow(lake=lake, data_docs=False)
+    validate_flow(lake=lake, config=ValidateConfig(data_docs=False))
     dedup_flow(lake=lake)
-    live = label_flow(
-        lake=lake,
+    config = LabelConfig(
         policy=tiny_model,
         k=2,
         backend="transformers",
         limit=2,
         max_tokens=8,
         agent=AgentConfig(max_turns=1, max_response_tokens=16),
-        judge=tiny_model,
-        judge_backend="transformers",
-        judge_max_tokens=8,
+        judge=JudgeConfig(tiny_model, backend="transformers", max_tokens=8),
     )
+    live = label_flow(lake=lake, config=config)
     assert live["stats"]["labelled_now"] == 2 and live["judge"]["judged"] == 4
     assert sum(live["judge"]["status"].values()) == 4
     assert sum(b["questions"] for b in live["judge_signal"]) == 2

@@ -313,7 +313,8 @@ def threaded(harness, demo, tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "runner", ["dask", pytest.param("processes", marks=pytest.mark.slow)]  # both map the same tasks
+    "runner",
+    ["dask", pytest.param("processes", marks=pytest.mark.slow)],  # both map the same tasks
 )
 def test_a_local_dask_cluster_or_process_pool_gives_the_same_lake_as_threads(
     harness, demo, threaded, tmp_path, runner

@@ -281,9 +281,9 @@ def test_stages_run_out_of_order_say_what_is_missing(tmp_path):
     res = runner.invoke(app, ["build", "--lake", lake])
     assert res.exit_code == 2 and "0 labelled: run `flow label` first" in flat(res.output)
     res = runner.invoke(app, ["label", "--lake", lake, "--judge", str(tmp_path)])
-    assert res.exit_code == 2 and "the judge scores live rollouts: give --policy" in flat(
-        res.output
-    )
+    out = flat(res.output)
+    assert res.exit_code == 2 and "the judge scores live rollouts: give a policy" in out
+    assert "Invalid value for --policy" in out
     assert runner.invoke(app, ["label", "--lake", lake]).exit_code == 0
     assert runner.invoke(app, ["build", "--lake", lake]).exit_code == 0
 

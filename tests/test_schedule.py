@@ -266,16 +266,15 @@ def test_two_vllm_engines_on_dask_label_like_one(vllm_nano, nano_lake, tmp_path)
     assert label(one, config, engine=eng)["labelled_now"] == 24
     two = _copy(nano_lake, tmp_path, "two")
     flow = label_flow.with_options(task_runner=task_runner("dask", 2))
-    kw = dict(lake=two.root, policy=policy, k=2, backend="vllm", max_tokens=48, temperature=0.0)
-    kw |= dict(batch_questions=6)
-    out = flow(**kw, agent=NANO_AGENT, engines=2)
+    sharded = replace(config, engines=2)
+    out = flow(lake=two.root, config=sharded)
     assert out["stats"]["labelled_now"] == 24 and out["stats"]["engine"] == "vllm"
     shards = {p.split("-")[-1] for p in two.parts("labels") if p.startswith("rollouts-")}
     assert len(shards) >= 4  # both shards checkpointed their own batches
     assert _labels(two) == _labels(one)
     labels, _ = _labels(one)
     assert 0 < sum(r["n_correct"] for r in labels) < 48  # labels that say something
-    again = flow(**kw, agent=NANO_AGENT, engines=2)
+    again = flow(lake=two.root, config=sharded)
     assert again["state"] == "Cached" and again["stats"]["labelled_now"] == 0
 
 
@@ -288,7 +287,6 @@ def test_ray_runner_labels_shards_like_one_engine(nano_sft, nano_lake, tmp_path)
     from pipeline.label import LabelConfig, label
 
     policy = str(nano_sft[0])
-    kw = dict(k=2, backend="transformers", max_tokens=48, temperature=0.0, batch_questions=6)
     config = LabelConfig(
         k=2, policy=policy, backend="transformers", agent=NANO_AGENT, batch_questions=6,
         sampling=Sampling(temperature=0.0, max_tokens=48),
@@ -298,6 +296,6 @@ def test_ray_runner_labels_shards_like_one_engine(nano_sft, nano_lake, tmp_path)
     two = _copy(nano_lake, tmp_path, "two")
     label(two, replace(config, limit=5))  # a run stopped after 5 questions
     flow = label_flow.with_options(task_runner=task_runner("ray"))
-    out = flow(lake=two.root, policy=policy, agent=NANO_AGENT, engines=2, **kw)
+    out = flow(lake=two.root, config=replace(config, engines=2))
     assert out["stats"]["already_labelled"] == 5 and out["stats"]["labelled_now"] == 19
     assert _labels(two) == _labels(one)

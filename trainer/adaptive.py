@@ -36,13 +36,20 @@ from pipeline.diversity.measure import bits_of_counts
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
-    window: int = 2  # groups a question's tracked pass rate averages over (the label is the first)
-    targets: tuple[float, float, float] = (0.3, 0.5, 0.2)  # easy, medium, hard: the paper's
-    hard_max: float = 0.3  # the bins of pipeline.build.select (the dataset's own when it has them)
+    window: int = 2
+    """Groups a question's tracked pass rate averages over (the label is the first)."""
+    targets: tuple[float, float, float] = (0.3, 0.5, 0.2)
+    """Easy, medium, hard: the paper's."""
+    hard_max: float = 0.3
+    """The bins of pipeline.build.select (the dataset's own when it has them)."""
     easy_min: float = 0.7
+    """Pass rates from this are easy."""
     backoff_steps: int = 2
+    """Steps an all-wrong question first sits out; doubled at each further all-wrong group."""
     max_backoff_steps: int = 64
-    dimensions: tuple[str, ...] = ("domain", "source", "tool_pattern")  # of the live entropy
+    """The longest back-off."""
+    dimensions: tuple[str, ...] = ("domain", "source", "tool_pattern")
+    """Of the live entropy."""
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.backoff_steps < 1 or self.max_backoff_steps < 1:

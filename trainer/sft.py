@@ -15,12 +15,12 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
-from pipeline.rollout.agent import AgentConfig, ToolMessageRenderer
+from pipeline.rollout.agent import ToolMessageRenderer
 from pipeline.rollout.render import NotAgentShaped, render, turn_text
 from trainer.checkpoint import (
     plot,
@@ -31,43 +31,10 @@ from trainer.checkpoint import (
     tensorboard,
     truncate_metrics,
 )
+from trainer.config import SFTTrainConfig
 from trainer.logprobs import token_logprobs
 
 CURVES = ("loss", "tokens", "lr")
-
-
-@dataclass
-class SFTTrainConfig:
-    out: str  # run folder: checkpoints, metrics.jsonl, sft_curves.png
-    model: str | None = None  # a local model folder; None: the nano policy, built from scratch
-    dataset: str | None = None  # datasets/<name>/v<N> (its sft/ shards); or pass rows directly
-    steps: int = 300
-    batch_size: int = 32
-    lr: float | None = None  # default: 3e-3 for the nano policy, 1e-5 for a given model
-    warmup_steps: int = 10
-    # cosine (to 10% at ``steps``; a rerun with the same ``steps`` resumes exactly) | constant
-    # after warmup (a rerun with more steps continues exactly)
-    schedule: str = "cosine"
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    max_length: int = 2048  # longer trajectories are left out (counted), never cut
-    agent: AgentConfig = field(default_factory=AgentConfig)  # the prompt and tool rendering
-    seed: int = 0
-    checkpoint_every: int = 0  # 0: only at the end
-    # the nano policy (model=None): Qwen2 dimensions and the BPE vocabulary size
-    nano: dict = field(
-        default_factory=lambda: {
-            "hidden": 128,
-            "layers": 2,
-            "heads": 4,
-            "kv_heads": 2,
-            "vocab": 400,
-        }
-    )
-
-    def __post_init__(self) -> None:
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be cosine or constant, not {self.schedule!r}")
 
 
 def run_key(rows: list[dict], config: SFTTrainConfig) -> str:
@@ -195,6 +162,7 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     """Run (or resume) SFT; returns the metrics of the steps run now."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    config.check_inputs()
     out, latest, resume = start_run(config.out, config.seed)
     rows = rows if rows is not None else load_rows(config.dataset)
     if not rows:

@@ -18,19 +18,16 @@ from flows.cli.common import (
     err,
     print_rows,
 )
+from flows.options import configured
+from pipeline.dedup.config import DedupConfig
+from pipeline.ingest.config import IngestConfig
 from pipeline.lake import Lake, resolve_root
+from pipeline.lake.compact import CompactConfig
 from pipeline.terminal import esc
+from pipeline.validate.config import ValidateConfig
 
 
-def _run_ingest(
-    paths: list[str],
-    lake: str,
-    source: str | None,
-    fmt: str | None,
-    force: bool,
-    eval_sets: list[str] | None = None,
-    caps: dict | None = None,
-) -> dict:
+def _run_ingest(paths: list[str], lake: str, config: IngestConfig) -> dict:
     from flows.ingest import ingest_flow
     from flows.progress import set_hook
 
@@ -57,15 +54,7 @@ def _run_ingest(
     set_hook(hook)
     try:
         with progress:
-            return ingest_flow(
-                paths=paths,
-                lake=lake,
-                source=source,
-                format=fmt,
-                force=force,
-                eval_sets=eval_sets,
-                **(caps or {}),
-            )
+            return ingest_flow(paths=paths, lake=lake, config=config)
     finally:
         set_hook(None)
 
@@ -144,46 +133,23 @@ def _kind(path: str) -> str:
 
 
 @app.command()
+@configured(
+    IngestConfig,
+    "source",
+    "format",
+    "force",
+    "max_records_per_file",
+    "max_seconds_per_file",
+    eval_set="eval_sets",
+)
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files or folders (local or fsspec URLs).")],
+    config: IngestConfig,
     lake: LakeOpt = None,
-    source: Annotated[
-        str | None,
-        typer.Option(help="Source name for every file (default: the top folder under PATH)."),
-    ] = None,
-    format: Annotated[
-        str | None, typer.Option("--format", help="Force a reader (see `flow formats`).")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="Re-ingest files already in the lake.")] = False,
-    eval_set: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--eval-set",
-            help="Register a question pool (dataset or dataset/split) as an evaluation set of "
-            "the lake: dedup keeps it and its near-duplicates out of training. Repeatable.",
-        ),
-    ] = None,
-    max_records_per_file: Annotated[
-        int | None,
-        typer.Option(help="Stop reading a file after this many records (the rest: one row)."),
-    ] = None,
-    max_seconds_per_file: Annotated[
-        float | None,
-        typer.Option(help="Stop reading a file after this many seconds (the rest: one row)."),
-    ] = None,
 ) -> None:
     """Ingest trace files into the lake: canonical rows, quarantine, ingest log."""
-    if format:
-        from pipeline.ingest.registry import by_name
-
-        try:
-            by_name(format)
-        except KeyError as e:
-            raise typer.BadParameter(str(e.args[0]), param_hint="--format") from None
     try:
-        caps = {"max_records_per_file": max_records_per_file}
-        caps["max_seconds_per_file"] = max_seconds_per_file
-        result = _run_ingest(paths, resolve_root(lake), source, format, force, eval_set, caps)
+        result = _run_ingest(paths, resolve_root(lake), config)
     except (FileNotFoundError, ValueError) as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
@@ -221,28 +187,13 @@ def _print_validate(out: dict) -> None:
 
 
 @app.command()
-def validate(
-    lake: LakeOpt = None,
-    table: Annotated[
-        list[str] | None, typer.Option("--table", help="Validate only these tables (repeatable).")
-    ] = None,
-    force: Annotated[
-        bool, typer.Option(help="Re-validate parts already validated with this suite version.")
-    ] = False,
-    max_messages: Annotated[
-        int, typer.Option(help="Warn above this many messages per trajectory.")
-    ] = 400,
-) -> None:
+@configured(ValidateConfig, "force", "limits.max_messages", table="tables")
+def validate(config: ValidateConfig, lake: LakeOpt = None) -> None:
     """Run the Great Expectations suites; failing rows go to quarantine with the rule's name."""
     from flows.validate import validate_flow
 
-    bad = set(table or []) - {"trajectories", "questions", "attempts"}
-    if bad:
-        raise typer.BadParameter(f"unknown table(s) {sorted(bad)}", param_hint="--table")
     with console.status("validating with Great Expectations…"):
-        out = validate_flow(
-            lake=resolve_root(lake), tables=table, force=force, max_messages=max_messages
-        )
+        out = validate_flow(lake=resolve_root(lake), config=config)
     _print_validate(out)
 
 
@@ -277,62 +228,28 @@ def _print_dedup(out: dict) -> None:
 
 
 @app.command()
-def dedup(
-    lake: LakeOpt = None,
-    threshold: Annotated[float, typer.Option(help="Jaccard threshold for near-duplicates.")] = 0.8,
-    backend: Annotated[str, typer.Option(help="Signatures: auto | datasketch | rensa.")] = "auto",
-    lsh: Annotated[
-        str, typer.Option(help="LSH: bands (partitioned) | datasketch (MinHashLSH index).")
-    ] = "bands",
-    eval_set: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--eval-set", help="Registered evaluation sets (dataset or dataset/split; repeatable)."
-        ),
-    ] = None,
-) -> None:
+@configured(DedupConfig, "threshold", "backend", "lsh", eval_set="eval_sets")
+def dedup(config: DedupConfig, lake: LakeOpt = None) -> None:
     """Exact and MinHash-LSH dedup across sources, and decontamination against evaluation sets."""
     from flows.dedup import dedup_flow
-    from pipeline.dedup import DedupConfig, DedupError
 
-    try:  # the options checked by the config itself, before Prefect starts
-        DedupConfig(threshold=threshold, backend=backend, lsh=lsh)
-    except DedupError as e:
-        raise typer.BadParameter(str(e)) from None
     _upstream(lake, "dedup")
     with console.status("deduplicating…"):
-        out = dedup_flow(
-            lake=resolve_root(lake),
-            threshold=threshold,
-            backend=backend,
-            lsh=lsh,
-            eval_sets=eval_set,
-        )
+        out = dedup_flow(lake=resolve_root(lake), config=config)
     _print_dedup(out)
 
 
 @app.command()
-def compact(
-    lake: LakeOpt = None,
-    small_kb: Annotated[
-        int, typer.Option(help="An ingested file whose lake parts are under this many KB is small.")
-    ] = 1024,
-    bundle_mb: Annotated[int, typer.Option(help="A bundle grows to about this many MB.")] = 128,
-) -> None:
+@configured(CompactConfig, "small_kb", "bundle_mb")
+def compact(config: CompactConfig, lake: LakeOpt = None) -> None:
     """Bundle the lake parts of many small ingested files into a few (fewer files to open for
     every query and stage); queries and validation see the same rows before and after."""
-    from pipeline.lake.compact import CompactConfig
     from pipeline.lake.compact import compact as run_compact
 
     root = resolve_root(lake)
     if not Lake(root).fs.exists(Lake(root).path("tables", "ingest_log")):
         err.print(f"[red]error:[/red] no lake at {esc(root)} (nothing was ingested there)")
         raise typer.Exit(2)
-    try:
-        config = CompactConfig(small_bytes=small_kb << 10, bundle_bytes=bundle_mb << 20)
-    except ValueError as e:
-        err.print(f"[red]error:[/red] {esc(e)}")
-        raise typer.Exit(2) from None
     r = run_compact(Lake(root), config)
     if r.note:
         console.print(esc(r.note))

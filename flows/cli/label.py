@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 from rich.table import Table
 
@@ -16,47 +13,25 @@ from flows.cli.common import (
     err,
     stage_progress,
 )
+from flows.options import configured
+from flows.runners import RunnerConfig
+from pipeline.build.config import BuildConfig
+from pipeline.judge.config import JudgeConfig
+from pipeline.label.config import LabelConfig
 from pipeline.lake import resolve_root
 from pipeline.terminal import esc
 
 
 @app.command()
-def judge(
-    model: Annotated[
-        str, typer.Option(help="The judge: a local model folder, or an OpenAI-compatible base URL.")
-    ],
-    lake: LakeOpt = None,
-    target: Annotated[
-        str, typer.Option(help="trajectories (valid ones) | rollouts")
-    ] = "trajectories",
-    limit: Annotated[int | None, typer.Option(help="Judge at most this many.")] = None,
-    backend: Annotated[str, typer.Option(help="auto | vllm | transformers | openai")] = "auto",
-    served_model: Annotated[
-        str | None, typer.Option(help="The endpoint's model name (default: its first).")
-    ] = None,
-    max_tokens: Annotated[int, typer.Option(help="Tokens the judge may write.")] = 512,
-) -> None:
+@configured(JudgeConfig, "model", "target", "limit", "backend", "served_model", "max_tokens")
+def judge(config: JudgeConfig, lake: LakeOpt = None) -> None:
     """Judge trajectories or rollouts with a reasoning reward model: think, critique, score
     into the `judgements` table (cached per judge revision)."""
     from flows.judge import judge_flow
-    from pipeline.judge.config import BACKENDS
     from pipeline.judge.errors import JudgeError
-    from pipeline.judge.stage import TARGETS
 
-    if target not in TARGETS:
-        raise typer.BadParameter(" | ".join(TARGETS), param_hint="--target")
-    if backend not in BACKENDS:
-        raise typer.BadParameter(" | ".join(BACKENDS), param_hint="--backend")
     try:
-        out = judge_flow(
-            model=model,
-            lake=resolve_root(lake),
-            target=target,
-            limit=limit,
-            backend=backend,
-            served_model=served_model,
-            max_tokens=max_tokens,
-        )
+        out = judge_flow(config=config, lake=resolve_root(lake))
     except JudgeError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
@@ -99,84 +74,35 @@ def _print_label(out: dict) -> None:
 
 
 @app.command()
-def label(
-    lake: LakeOpt = None,
-    policy: Annotated[
-        str | None,
-        typer.Option(
-            help="Model folder for live rollouts (default: recorded labels from attempts)."
-        ),
-    ] = None,
-    k: Annotated[int, typer.Option(help="Rollouts per question.")] = 8,
-    backend: Annotated[str, typer.Option(help="auto | vllm | transformers")] = "auto",
-    limit: Annotated[int | None, typer.Option(help="Label at most this many questions.")] = None,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(help="Tokens per assistant turn (default: the policy's own, else 512)."),
-    ] = None,
-    engines: Annotated[
-        int,
-        typer.Option(help="Engines labelling shards of the questions at once (one per GPU)."),
-    ] = 1,
-    runner: Annotated[
-        str,
-        typer.Option(help="Where the engines run (with --engines > 1): processes | dask | ray."),
-    ] = "processes",
-    address: Annotated[
-        str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
-    ] = None,
-    judge: Annotated[
-        str | None,
-        typer.Option(
-            help="Then judge the rollouts: a judge model folder or an OpenAI-compatible base URL."
-        ),
-    ] = None,
-    judge_backend: Annotated[
-        str, typer.Option(help="The judge's engine: auto | vllm | transformers | openai")
-    ] = "auto",
-    judge_max_tokens: Annotated[int, typer.Option(help="Tokens the judge may write.")] = 512,
-) -> None:
+@configured(
+    LabelConfig,
+    "policy",
+    "k",
+    "backend",
+    "limit",
+    "max_tokens",
+    "engines",
+    judge="judge.model",
+    judge_backend="judge.backend",
+    judge_max_tokens="judge.max_tokens",
+)
+@configured(RunnerConfig, "runner", "address", param="runner")
+def label(config: LabelConfig, runner: RunnerConfig, lake: LakeOpt = None) -> None:
     """Difficulty labels: pass rate k/K per unique question (and, with --judge, the judge's
     score of the rollouts behind each)."""
     from flows.label import label_flow
-    from flows.runners import RUNNERS, task_runner
+    from flows.runners import task_runner
     from pipeline.judge.errors import JudgeError
 
-    if policy and not Path(policy).is_dir():
-        raise typer.BadParameter(
-            f"{policy} is not a model folder (hub names need the network; download first)",
-            param_hint="--policy",
-        )
-    if engines < 1:
-        raise typer.BadParameter("at least 1", param_hint="--engines")
-    if runner not in RUNNERS:
-        raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
-    if engines > 1 and not policy:
-        raise typer.BadParameter(
-            "engines label live rollouts: give --policy", param_hint="--engines"
-        )
-    if judge and not policy:
-        raise typer.BadParameter(
-            "the judge scores live rollouts: give --policy", param_hint="--judge"
-        )
     fl = label_flow
-    if engines > 1:  # one worker per engine
-        fl = label_flow.with_options(task_runner=task_runner(runner, engines, address))
+    if config.engines > 1:  # one worker per engine
+        fl = label_flow.with_options(
+            task_runner=task_runner(runner.runner or "processes", config.engines, runner.address)
+        )
     _upstream(lake, "label")
     try:
         with stage_progress("labelling"):
-            out = fl(
-                lake=resolve_root(lake),
-                policy=policy,
-                k=k,
-                backend=backend,
-                limit=limit,
-                max_tokens=max_tokens,
-                engines=engines,
-                judge=judge,
-                judge_backend=judge_backend,
-                judge_max_tokens=judge_max_tokens,
-            )
+            out = fl(lake=resolve_root(lake), config=config)
     except JudgeError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
@@ -212,95 +138,24 @@ def _print_build(m: dict) -> None:
 
 
 @app.command()
-def build(
-    lake: LakeOpt = None,
-    name: Annotated[str, typer.Option(help="Dataset name (datasets/<name>/v<N>).")] = "default",
-    size: Annotated[
-        int | None,
-        typer.Option(help="Requested RL size (default: the largest meeting the ratios)."),
-    ] = None,
-    seed: int = 0,
-    label_source: Annotated[
-        str | None, typer.Option(help="recorded | rollouts (default: rollouts if any).")
-    ] = None,
-    tool_arguments: Annotated[
-        str,
-        typer.Option(
-            help="Tool-call arguments in the TRL export: dict (TRL's shape; Qwen2.5, Llama-3.1, "
-            "GPT-OSS templates) | string (templates that print them as they are, DeepSeek-V3)."
-        ),
-    ] = "dict",
-    source_system_prompts: Annotated[
-        bool,
-        typer.Option(
-            help="Keep each trajectory's own system prompt in the SFT rows instead of the "
-            "dataset's one prompt."
-        ),
-    ] = False,
-    min_judge_score: Annotated[
-        float | None,
-        typer.Option(
-            help="SFT rows only from trajectories the judge (`flow judge`) scored at least this."
-        ),
-    ] = None,
-    objective: Annotated[
-        str,
-        typer.Option(
-            help="entropy: maximise the feature dimensions' entropy inside the pyramid | "
-            "strata: draw evenly over (domain, source, tool pattern)."
-        ),
-    ] = "entropy",
-    diversity_target: Annotated[
-        float, typer.Option(help="Joint entropy (bits) below which the build warns.")
-    ] = 2.5,
-    diversity_dimensions: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated feature dimensions (default: all of question_features: "
-            "domain, source, tool_pattern, behaviour, tool_calls, error_recovery, "
-            "verification, length)."
-        ),
-    ] = None,
-) -> None:
+@configured(
+    BuildConfig,
+    "name",
+    "label_source",
+    "select.size",
+    "select.seed",
+    "select.objective",
+    "exports.tool_arguments",
+    "sft.min_judge_score",
+    source_system_prompts="keep_source_system_prompts",
+    diversity_target="select.diversity.target_bits",
+    diversity_dimensions="select.diversity.dimensions",
+)
+def build(config: BuildConfig, lake: LakeOpt = None) -> None:
     """Build a versioned dataset: RL pyramid, SFT selection, shards, manifest, exports."""
     from flows.build import build_flow
-    from pipeline.build import check_name
 
-    try:
-        check_name(name)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--name") from None
-    from pipeline.exports.config import TOOL_ARGUMENTS
-
-    if tool_arguments not in TOOL_ARGUMENTS:
-        raise typer.BadParameter(" | ".join(TOOL_ARGUMENTS), param_hint="--tool-arguments")
-    from pipeline.build.select import SelectConfig
-    from pipeline.diversity.config import DiversityConfig
-    from pipeline.diversity.errors import DiversityError
-
-    dims = [d.strip() for d in diversity_dimensions.split(",")] if diversity_dimensions else None
-    try:  # the configs' own checks, before any work
-        DiversityConfig(
-            **({"dimensions": tuple(dims)} if dims else {}), target_bits=diversity_target
-        )
-        SelectConfig(objective=objective)
-    except DiversityError as e:
-        raise typer.BadParameter(str(e), param_hint="--diversity-dimensions") from None
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--objective") from None
     _upstream(lake, "build")
     with console.status("building…"):
-        m = build_flow(
-            lake=resolve_root(lake),
-            name=name,
-            size=size,
-            seed=seed,
-            label_source=label_source,
-            tool_arguments=tool_arguments,
-            keep_source_system_prompts=source_system_prompts,
-            min_judge_score=min_judge_score,
-            objective=objective,
-            diversity_target=diversity_target,
-            diversity_dimensions=dims,
-        )
+        m = build_flow(lake=resolve_root(lake), config=config)
     _print_build(m)

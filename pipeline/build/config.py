@@ -19,19 +19,29 @@ class BuildConfig:
     """Options of the build stage."""
 
     name: str = "default"
+    """Dataset name: published as datasets/<name>/v<N>."""
     select: SelectConfig = field(default_factory=SelectConfig)
+    """The RL split: pass-rate bins, the pyramid's targets, size, seed, diversity."""
     sft: SFTConfig = field(default_factory=SFTConfig)
-    label_source: str | None = None  # recorded | rollouts (default: rollouts if any, else recorded)
-    # rollouts of this policy revision only (pipeline.label.model_revision); None: every
-    # revision's rollouts are summed (one policy labelled the lake)
+    """The SFT split: which real trajectories qualify."""
+    label_source: str | None = None
+    """The labels to balance on: recorded | rollouts (default: rollouts if any, else recorded)."""
     label_revision: str | None = None
+    """Rollouts of this policy revision only (pipeline.label.model_revision); None: every
+    revision's rollouts are summed (one policy labelled the lake).
+    """
     shard_rows: int = 50_000
-    # One system prompt for the whole dataset: every RL prompt and every SFT conversation starts
-    # with it (None: no system message). keep_source_system_prompts keeps each trajectory's own
-    # instead (e.g. tau-bench's domain policy); the original is always in source_system_prompt.
+    """Rows per Parquet shard."""
     system_prompt: str | None = SYSTEM
+    """One system prompt for the whole dataset: every RL prompt and every SFT conversation starts
+    with it (None: no system message); the original is always kept in source_system_prompt.
+    """
     keep_source_system_prompts: bool = False
+    """Keep each trajectory's own system prompt in the SFT rows (e.g. tau-bench's domain policy)
+    instead of the dataset's one prompt.
+    """
     exports: ExportConfig = field(default_factory=ExportConfig)
+    """How the TRL, verl and LLaMA-Factory exports spell what the frameworks disagree on."""
 
     def __post_init__(self) -> None:
         check_name(self.name)

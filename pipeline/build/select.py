@@ -34,14 +34,24 @@ BINS = ("easy", "medium", "hard")
 
 @dataclass(frozen=True)
 class SelectConfig:
-    targets: tuple[float, float, float] = (0.3, 0.5, 0.2)  # easy, medium, hard
+    targets: tuple[float, float, float] = (0.3, 0.5, 0.2)
+    """Easy, medium, hard."""
     hard_max: float = 0.3
+    """Pass rates up to this are hard (1-2 of 8 by default)."""
     easy_min: float = 0.7
-    size: int | None = None  # requested dataset size (default: the largest that meets the ratios)
+    """Pass rates from this are easy (6-7 of 8 by default); between the two, medium."""
+    size: int | None = None
+    """Requested RL size (default: the largest that meets the ratios)."""
     seed: int = 0
-    objective: str = "entropy"  # entropy | strata (see the module docstring)
+    """Seed of the draw within each bin."""
+    objective: str = "entropy"
+    """entropy: maximise the feature dimensions' entropy inside the pyramid | strata: draw evenly
+    over (domain, source, tool pattern).
+    """
     strata: tuple[str, ...] = ("domain", "source", "tool_pattern")
+    """The strata of objective=strata."""
     diversity: DiversityConfig = field(default_factory=DiversityConfig)
+    """The diversity measure and its warning threshold."""
 
     def __post_init__(self) -> None:
         if self.objective not in ("entropy", "strata"):

@@ -11,18 +11,27 @@ class SFTConfig:
     """Which real trajectories make the SFT split."""
 
     require_correct: bool = True
+    """Only trajectories whose answer is verified correct."""
     require_complete: bool = True
+    """Only trajectories that end in an answer (no dangling tool call)."""
     require_tool_call: bool = False
+    """Only trajectories that call a tool at least once."""
     max_tool_errors: int | None = None
-    patterns: tuple[str, ...] | None = None  # e.g. ("reactive", "mixed")
+    """Leave out trajectories with more failed tool calls than this (None: any number)."""
+    patterns: tuple[str, ...] | None = None
+    """E.g. ("reactive", "mixed")."""
     require_error_recovery: bool = False
+    """Only trajectories that recover from a failed tool call."""
     require_verification: bool = False
-    exclude_flagged: bool = True  # drop rows with validation warnings (e.g. lossy tool names)
-    # the judge (flow judge, docs/judge.md): keep only trajectories it scored at least this
-    # (not judged, or a parse that failed, is a reason of its own); judge_revision picks one
-    # judge's judgements (default: each trajectory's newest)
+    """Only trajectories that check their answer with a tool."""
+    exclude_flagged: bool = True
+    """Drop rows with validation warnings (e.g. lossy tool names)."""
     min_judge_score: float | None = None
+    """Only trajectories the judge (flow judge, docs/judge.md) scored at least this; not judged, or
+    a parse that failed, is a reason of its own.
+    """
     judge_revision: str | None = None
+    """Whose judgements min_judge_score reads (default: each trajectory's newest)."""
 
 
 def keep_for_sft(f: dict, flags: list[str], config: SFTConfig) -> str | None:

@@ -2,6 +2,18 @@
 
 from pipeline.dedup.config import DedupConfig
 from pipeline.dedup.errors import DedupError
-from pipeline.dedup.stage import DedupResult, dedup
 
 __all__ = ["DedupConfig", "DedupError", "DedupResult", "dedup"]
+
+
+_STAGE = {"DedupResult", "dedup"}
+
+
+def __getattr__(attr: str):
+    """The stage loads on first use: importing the config (the command line does, for its
+    options) does not load the stage's libraries."""
+    if attr in _STAGE:
+        import importlib
+
+        return getattr(importlib.import_module("pipeline.dedup.stage"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")

@@ -17,23 +17,38 @@ DEFAULT_EVAL_SETS = ("aime2024", "aime2025", "amc2023", "math500", "gsm8k/test")
 class DedupConfig:
     """Options of the dedup stage."""
 
-    threshold: float = 0.8  # Jaccard threshold for near-duplicates
+    threshold: float = 0.8
+    """Jaccard threshold for near-duplicates."""
     num_perm: int = 128
+    """MinHash permutations per signature."""
     ngram: int = 5
-    mode: str = "word"  # word | char shingles
-    backend: str = "auto"  # auto (rensa if installed) | datasketch | rensa
-    lsh: str = "bands"  # bands (partitioned, vectorized) | datasketch (MinHashLSH index)
-    # false-positive / false-negative weights for datasketch's optimal (b, r): favour recall, since
-    # every candidate is verified (b=14, r=9 for 0.8/128: P(candidate | J=0.85) = 0.975)
+    """Shingle length (words or characters, by mode)."""
+    mode: str = "word"
+    """Word | char shingles."""
+    backend: str = "auto"
+    """Auto (rensa if installed) | datasketch | rensa."""
+    lsh: str = "bands"
+    """Bands (partitioned, vectorized) | datasketch (MinHashLSH index)."""
     weights: tuple[float, float] = (0.1, 0.9)
-    verify: str = "estimate"  # estimate | exact: how candidate pairs are verified
+    """False-positive / false-negative weights for datasketch's optimal (b, r): favour recall,
+    since every candidate is verified (b=14, r=9 for 0.8/128: P(candidate | J=0.85) = 0.975).
+    """
+    verify: str = "estimate"
+    """Estimate | exact: how candidate pairs are verified."""
     band_partitions: int = 3
-    workers: int = 2  # threads computing signature partitions
+    """Partitions of the band tables (bounds memory for lsh=bands)."""
+    workers: int = 2
+    """Threads computing signature partitions."""
     partition_docs: int = 5_000
-    eval_sets: tuple[str, ...] = DEFAULT_EVAL_SETS  # dataset or dataset/split names
-    max_text_chars: int = 20_000  # trajectory text used for shingles
+    """Documents per signature partition (a unit of work and of the cache)."""
+    eval_sets: tuple[str, ...] = DEFAULT_EVAL_SETS
+    """Dataset or dataset/split names."""
+    max_text_chars: int = 20_000
+    """Trajectory text used for shingles."""
     trajectories: bool = True
-    storage_config: dict | None = None  # datasketch storage (e.g. Redis) for lsh="datasketch"
+    """Also deduplicate trajectories, not only questions."""
+    storage_config: dict | None = None
+    """Datasketch storage (e.g. Redis) for lsh="datasketch"."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold <= 1.0:

@@ -26,8 +26,13 @@ class DiversityConfig:
     than ``min_dimension_bits`` of it."""
 
     dimensions: tuple[str, ...] = DIMENSIONS
+    """The feature dimensions whose joint entropy is measured and maximised (default: all of
+    question_features).
+    """
     target_bits: float = 2.5
+    """Joint entropy (bits) of the dimensions below which the build warns."""
     min_dimension_bits: float = 1.0
+    """A dimension is short when the selection holds less than this many bits of it."""
 
     def __post_init__(self) -> None:
         unknown = [d for d in self.dimensions if d not in DIMENSIONS]

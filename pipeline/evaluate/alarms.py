@@ -22,12 +22,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class AlarmConfig:
-    window: int = 5  # steps averaged at each end of the run
-    reward_rise: float = 0.1  # the reward went up by at least this...
-    accuracy_flat: float = 0.02  # ...while accuracy went up by no more than this
-    tool_rise: float = 0.5  # tool calls per episode up by this fraction (and +0.5 calls)
-    format_saturated: float = 0.95  # share of well-formed answers
-    accuracy_low: float = 0.8  # accuracy below this while the format saturates
+    window: int = 5
+    """Steps averaged at each end of the run."""
+    reward_rise: float = 0.1
+    """The reward went up by at least this..."""
+    accuracy_flat: float = 0.02
+    """...while accuracy went up by no more than this."""
+    tool_rise: float = 0.5
+    """Tool calls per episode up by this fraction (and +0.5 calls)."""
+    format_saturated: float = 0.95
+    """Share of well-formed answers."""
+    accuracy_low: float = 0.8
+    """Accuracy below this while the format saturates."""
 
 
 @dataclass(frozen=True)

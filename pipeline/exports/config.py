@@ -19,7 +19,14 @@ class ExportConfig:
     """
 
     tool_arguments: str = "dict"
+    """Tool-call arguments in the TRL export: dict (TRL's shape; the Qwen2.5, Llama-3.1 and GPT-OSS
+    templates re-encode it with tojson) | string (templates that print them as they are,
+    DeepSeek-V3).
+    """
     verl_agent: str = "tool_agent"
+    """The verl agent loop for questions answered with the python tool: tool_agent (multi-turn tool
+    calls) | single_turn_agent.
+    """
 
     def __post_init__(self) -> None:
         if self.tool_arguments not in TOOL_ARGUMENTS:

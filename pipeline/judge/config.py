@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BACKENDS = ("auto", "vllm", "transformers", "openai")
+TARGETS = ("trajectories", "rollouts")
 
 
 @dataclass
@@ -12,18 +13,38 @@ class JudgeConfig:
     """``model``: a local model folder, or an OpenAI-compatible base URL (``http://…/v1``)."""
 
     model: str
-    served_model: str | None = None  # the endpoint's model name (default: its first model)
-    backend: str = "auto"  # auto: openai for a URL, else vllm where installed, else transformers
+    """The judge: a local model folder, or an OpenAI-compatible base URL (http://.../v1)."""
+    served_model: str | None = None
+    """The endpoint's model name (default: its first model)."""
+    backend: str = "auto"
+    """The judge's engine: auto (openai for a URL, else vllm where installed, else transformers) |
+    vllm | transformers | openai.
+    """
     max_tokens: int = 512
-    temperature: float = 0.0  # a judge is read, not sampled: greedy by default
+    """Tokens the judge may write (its thinking, critique and score)."""
+    temperature: float = 0.0
+    """A judge is read, not sampled: greedy by default."""
     seed: int = 0
-    api_key_env: str = "OPENAI_API_KEY"  # the endpoint's key is read from here, never stored
-    workers: int = 8  # concurrent endpoint calls
-    max_model_len: int = 4096  # local engines
+    """Sampling seed of a local judge."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """The endpoint's key is read from here, never stored."""
+    workers: int = 8
+    """Concurrent endpoint calls."""
+    max_model_len: int = 4096
+    """Local engines."""
+
+    target: str = "trajectories"
+    """What a judge run scores: trajectories (the valid ones) | rollouts (the labeller's)."""
+    limit: int | None = None
+    """Judge at most this many of the target's rows (None: all)."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {self.backend!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {TARGETS}, not {self.target!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be at least 1 (or None for all), not {self.limit}")
 
     @property
     def is_endpoint(self) -> bool:

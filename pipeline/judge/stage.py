@@ -13,12 +13,11 @@ from datetime import datetime
 
 import pyarrow as pa
 
+from pipeline.judge.config import TARGETS
 from pipeline.judge.judge import Case, Judge
 from pipeline.judge.parse import MAX_CHARS
 from pipeline.judge.prompt import TEMPLATE_VERSION
 from pipeline.lake import Lake, run_time
-
-TARGETS = ("trajectories", "rollouts")
 
 
 @dataclass

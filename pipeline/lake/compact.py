@@ -38,13 +38,28 @@ def part_name(sha: str) -> str:
 class CompactConfig:
     """Which ingested files are bundled, and how large a bundle grows."""
 
-    small_bytes: int = 1 << 20  # a file whose lake parts add up to less than this is small
-    bundle_bytes: int = 128 << 20  # a bundle's parts add up to at most about this
-    min_files: int = 2  # a bundle holds at least this many files
+    small_kb: int = 1024
+    """An ingested file whose lake parts add up to less than this many KB is small."""
+    bundle_mb: int = 128
+    """A bundle's parts add up to at most about this many MB."""
+    min_files: int = 2
+    """A bundle holds at least this many files."""
 
     def __post_init__(self) -> None:
-        if self.small_bytes <= 0 or self.bundle_bytes <= 0 or self.min_files < 2:
-            raise ValueError("small_bytes and bundle_bytes must be positive, min_files >= 2")
+        if self.small_kb <= 0 or self.bundle_mb <= 0:
+            raise ValueError(
+                f"small_kb and bundle_mb must be positive, not {self.small_kb}, {self.bundle_mb}"
+            )
+        if self.min_files < 2:
+            raise ValueError(f"min_files must be at least 2, not {self.min_files}")
+
+    @property
+    def small_bytes(self) -> int:
+        return self.small_kb << 10
+
+    @property
+    def bundle_bytes(self) -> int:
+        return self.bundle_mb << 20
 
 
 @dataclass

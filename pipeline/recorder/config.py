@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass
 
 from pipeline.lake import Lake
-from pipeline.recorder.errors import RecorderError
+from pipeline.recorder.errors import RecorderConfigError, RecorderError
 
 SESSION_HEADER = "x-flow-session"  # groups calls into one episode stream (else: prefix continuity)
 ANSWER_HEADER = (
@@ -21,29 +21,47 @@ REQUEST_ID_HEADER = "x-flow-request-id"  # set on every proxied response: the ca
 class RecorderConfig:
     """The proxy: where it listens, what it forwards to, where its log lives."""
 
-    upstream: str = "http://127.0.0.1:8000/v1"  # an OpenAI-compatible base URL (vllm serve, ...)
+    upstream: str = "http://127.0.0.1:8000/v1"
+    """An OpenAI-compatible base URL (vllm serve, ...)."""
     host: str = "127.0.0.1"
+    """Address the proxy listens on (loopback by default: agents on this machine)."""
     port: int = 8100
-    instance: str | None = None  # the log's name; default <hostname>-<port>, stable across restarts
-    wal: str | None = None  # log folder; default ROOT/recorder/wal (the lake must then be local)
-    segment_bytes: int = 64 << 20  # a log segment is sealed and a new one started past this size
-    timeout: float = 600.0  # seconds an upstream call may take
-    fsync: bool = True  # durable before acknowledged; off only for benchmarks of the rest
-    max_request_bytes: int = 32 << 20  # a larger request body is refused (413) unread
-    header_seconds: float = 10.0  # a connection whose request headers take longer is closed
-    body_seconds: float = 120.0  # a request whose body takes longer to arrive is refused (408)
-    max_connections: int = 512  # open connections at once; more are refused (503)
-    # browsers send Origin; agents do not. A request with an Origin not listed here is refused,
-    # so a web page cannot post trajectories into the lake (CSRF)
+    """Port the proxy listens on; agents use http://HOST:PORT/v1 as their base URL."""
+    instance: str | None = None
+    """The log's name; default <hostname>-<port>, stable across restarts."""
+    wal: str | None = None
+    """Log folder; default ROOT/recorder/wal (the lake must then be local)."""
+    segment_bytes: int = 64 << 20
+    """A log segment is sealed and a new one started past this size."""
+    timeout: float = 600.0
+    """Seconds an upstream call may take."""
+    fsync: bool = True
+    """Durable before acknowledged; off only for benchmarks of the rest."""
+    max_request_mb: float = 32.0
+    """A larger request body (in MB, 10^6 bytes) is refused (413), counted as it streams in."""
+    header_seconds: float = 10.0
+    """A connection whose request headers take longer is closed."""
+    body_seconds: float = 120.0
+    """A request whose body takes longer to arrive is refused (408)."""
+    max_connections: int = 512
+    """Open connections at once; more are refused (503)."""
     allowed_origins: tuple[str, ...] = ()
-    # Host headers accepted (DNS rebinding); default: loopback names when listening on loopback,
-    # any host otherwise
+    """Browsers send Origin; agents do not. A request with an Origin not listed here is refused, so
+    a web page cannot post trajectories into the lake (CSRF).
+    """
     allowed_hosts: tuple[str, ...] | None = None
+    """Host headers accepted (DNS rebinding); default: loopback names when listening on loopback,
+    any host otherwise.
+    """
 
     def __post_init__(self) -> None:
-        for name in ("max_request_bytes", "header_seconds", "body_seconds", "max_connections"):
+        for name in ("max_request_mb", "header_seconds", "body_seconds", "max_connections"):
             if getattr(self, name) <= 0:
-                raise RecorderError(f"{name} must be positive, got {getattr(self, name)}")
+                raise RecorderConfigError(f"{name} must be positive, got {getattr(self, name)}")
+
+    @property
+    def max_request_bytes(self) -> int:
+        return int(self.max_request_mb * 1e6)
 
     def hosts(self) -> tuple[str, ...] | None:
         """Host header names accepted (None: any)."""
@@ -61,10 +79,16 @@ class RecorderConfig:
 class CommitConfig:
     """The commit: which episodes are complete enough to enter the lake."""
 
-    idle_seconds: float = 600.0  # an open episode with no call for this long is committed as is
-    flush: bool = False  # commit every episode now, open or not (e.g. before a shutdown)
+    idle_seconds: float = 600.0
+    """An open episode with no call for this long is committed as is."""
+    flush: bool = False
+    """Commit every episode now, open or not (e.g. before a shutdown)."""
     source: str = "recorded"
-    archive: bool = True  # move log segments whose calls are all committed to ROOT/recorder/archive
+    """The source name the committed episodes get in the lake."""
+    archive: bool = True
+    """Move log segments whose calls are all committed to ROOT/recorder/archive."""
+    wal: str | None = None
+    """The recorder's log folder; default ROOT/recorder/wal (a remote lake needs a local one)."""
 
 
 def wal_dir(lake: Lake, wal: str | None = None) -> str:

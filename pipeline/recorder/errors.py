@@ -8,5 +8,9 @@ class RecorderError(RuntimeError):
     on the same log)."""
 
 
+class RecorderConfigError(RecorderError, ValueError):
+    """An option of the recorder that cannot work as given (the message names it)."""
+
+
 class InstanceBusy(RecorderError):
     """Another live process writes this instance's log; two writers would interleave segments."""

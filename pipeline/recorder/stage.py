@@ -103,7 +103,7 @@ def commit(
 ) -> CommitResult:
     """Commit the log's finished episodes; see the module docstring. Idempotent."""
     config = config or CommitConfig()
-    folder = wal_dir(lake, wal)
+    folder = wal_dir(lake, wal or config.wal)
     res = CommitResult()
     log = read_log(folder)
     res.calls_read, res.torn_bytes, res.corrupt_lines = (

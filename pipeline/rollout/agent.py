@@ -56,20 +56,33 @@ SYSTEM = (
 @dataclass(frozen=True)
 class AgentConfig:
     max_turns: int = 4
+    """Assistant turns per episode: tool call, result, ..., answer."""
     max_response_tokens: int = 1024
+    """The response budget of an episode: its tokens after the prompt (policy turns and tool
+    results together), over all turns.
+    """
     max_tool_chars: int = 1000
-    tool_format: str = "hermes"  # hermes | python_block | both
-    system_prompt: str | None = SYSTEM  # None: no system message
-    declare_tools: bool = True  # render the python tool's schema into the prompt
+    """A tool result shown to the policy is cut to this many characters."""
+    tool_format: str = "hermes"
+    """Hermes | python_block | both."""
+    system_prompt: str | None = SYSTEM
+    """None: no system message."""
+    declare_tools: bool = True
+    """Render the python tool's schema into the prompt."""
     sandbox: SandboxConfig = field(
         default_factory=lambda: SandboxConfig(wall_seconds=10, cpu_seconds=5)
     )
-    tool_workers: int = 2  # tool calls run at once (each waits for a free sandbox worker)
-    sandbox_workers: int = 2  # warm isolated interpreters (0: a fresh one per call, slow)
-    # how episodes share the engine: async (each advances on its own: a finished turn goes to
-    # the tools while others generate), turns (a barrier per turn), auto (async on vLLM)
+    """The limits of each tool call's program (time, memory, processes, files)."""
+    tool_workers: int = 2
+    """Tool calls run at once (each waits for a free sandbox worker)."""
+    sandbox_workers: int = 2
+    """Warm isolated interpreters (0: a fresh one per call, slow)."""
     schedule: str = "auto"
-    max_inflight: int = 256  # engine requests at once; more episodes wait their turn
+    """How episodes share the engine: async (each advances on its own: a finished turn goes to the
+    tools while others generate), turns (a barrier per turn), auto (async on vLLM).
+    """
+    max_inflight: int = 256
+    """Engine requests at once; more episodes wait their turn."""
 
 
 @dataclass

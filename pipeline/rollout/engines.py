@@ -27,10 +27,15 @@ class Sampling:
     ``generation_config`` (a trainer scores exactly this distribution)."""
 
     temperature: float = 1.0
+    """Sampling temperature; the trainer scores log-probs at the same one."""
     top_p: float = 1.0
-    max_tokens: int = 256  # per turn
+    """Nucleus sampling: the smallest set of tokens holding this much probability (1: off)."""
+    max_tokens: int = 256
+    """Tokens per assistant turn."""
     seed: int = 0
-    top_k: int = -1  # -1: off (vLLM's convention)
+    """Seed of the sampling (each request derives its own from it)."""
+    top_k: int = -1
+    """-1: off (vLLM's convention)."""
 
 
 @dataclass

@@ -10,21 +10,31 @@ class SandboxConfig:
     """Limits of one call, all enforced from outside the program (see docs/reliability.md)."""
 
     wall_seconds: float = 10.0
+    """Wall-clock seconds a program may run before it is killed."""
     cpu_seconds: int = 10
-    memory_mb: int = 1024  # address space of the program (RLIMIT_AS)
-    tmp_mb: int = 64  # the private /tmp (work folder included): a tmpfs of this size
-    shm_mb: int = 16  # the private /dev/shm: a tmpfs of this size
-    file_mb: int = 16  # largest file the program may write (RLIMIT_FSIZE)
-    max_processes: int = 32  # processes and threads of the program (RLIMIT_NPROC)
+    """CPU seconds of the whole program (every process it starts, together)."""
+    memory_mb: int = 1024
+    """Address space of the program (RLIMIT_AS)."""
+    tmp_mb: int = 64
+    """The private /tmp (work folder included): a tmpfs of this size."""
+    shm_mb: int = 16
+    """The private /dev/shm: a tmpfs of this size."""
+    file_mb: int = 16
+    """Largest file the program may write (RLIMIT_FSIZE)."""
+    max_processes: int = 32
+    """Processes and threads of the program (RLIMIT_NPROC)."""
     max_open_files: int = 64
-    max_output_chars: int = 4_000  # stdout/stderr returned to the caller, each
-    max_output_mb: int = 8  # the program is killed once it writes more than this to stdout+stderr
-    # the interpreter inside the sandbox; default: /usr/bin/python3.<this minor>, else this one
+    """Open file descriptors per process (RLIMIT_NOFILE)."""
+    max_output_chars: int = 4_000
+    """Stdout/stderr returned to the caller, each."""
+    max_output_mb: int = 8
+    """The program is killed once it writes more than this to stdout+stderr."""
     python: str | None = None
-    # host folders bound read-only and put on sys.path (default: this environment's
-    # site-packages, so numpy or sympy import as they do here); () for none
+    """The interpreter inside the sandbox; default: /usr/bin/python3.<this minor>, else this one."""
     site_packages: tuple[str, ...] | None = None
-    # imported once by the warm interpreter, so each program starts with them loaded
+    """Host folders bound read-only and put on sys.path (default: this environment's site-packages,
+    so numpy or sympy import as they do here); () for none.
+    """
     preload: tuple[str, ...] = (
         "math",
         "cmath",
@@ -43,9 +53,13 @@ class SandboxConfig:
         "bisect",
         "traceback",
     )
-    bwrap: str = "bwrap"  # the bubblewrap executable (a name on PATH or a path)
-    host_uid: int = 65500  # when started as root, bubblewrap itself runs as this unprivileged uid
-    start_seconds: float = 60.0  # how long a warm interpreter may take to start (preloads)
+    """Imported once by the warm interpreter, so each program starts with them loaded."""
+    bwrap: str = "bwrap"
+    """The bubblewrap executable (a name on PATH or a path)."""
+    host_uid: int = 65500
+    """When started as root, bubblewrap itself runs as this unprivileged uid."""
+    start_seconds: float = 60.0
+    """How long a warm interpreter may take to start (preloads)."""
 
 
 @dataclass

@@ -16,12 +16,19 @@ class ValidateConfig:
     """Options of the validate stage."""
 
     tables: tuple[str, ...] = TABLES
+    """The tables to validate."""
     limits: Limits = field(default_factory=Limits)
-    chunk_rows: int = 50_000  # rows per GX batch: bounds memory
-    force: bool = False  # re-validate parts already validated with this suite version
-    data_docs: bool = True  # build the Data Docs site under ROOT/reports/validation
+    """The bounds the rules check (rewards, messages, characters)."""
+    chunk_rows: int = 50_000
+    """Rows per GX batch: bounds memory."""
+    force: bool = False
+    """Re-validate parts already validated with this suite version."""
+    data_docs: bool = True
+    """Build the Data Docs site under ROOT/reports/validation."""
     max_raw_bytes: int = 1 << 20
+    """Raw text kept per quarantine row."""
     now: datetime | None = None
+    """The validation timestamp (tests pin it for byte-identical lakes)."""
 
     def __post_init__(self) -> None:
         unknown = set(self.tables) - set(TABLES)

@@ -25,13 +25,12 @@ from pipeline.build.config import BuildConfig, check_name
 from pipeline.build.errors import BuildError
 from pipeline.build.select import entropy, select
 from pipeline.build.sft import keep_for_sft
-from pipeline.report.charts import pyramid_png
 from pipeline.diversity.behaviour import features
 from pipeline.diversity.features import write_question_features
 from pipeline.lake import PARQUET_OPTIONS, Lake
 from pipeline.lake.query import query, sql_string
+from pipeline.report.charts import pyramid_png
 from schemas import RL_ROWS, SCHEMA_VERSION, SFT_ROWS
-
 
 RL_ITEMS = """
 WITH lab AS (

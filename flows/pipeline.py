@@ -35,7 +35,7 @@ from pipeline.demo.nano import EVAL_SET
 from pipeline.label import LabelConfig, model_revision
 from pipeline.lake import Lake, resolve_root
 from pipeline.lake.latest import latest_dataset, latest_sft
-from pipeline.report import conservation, write_report
+from pipeline.report import conservation, stage_summary, write_report
 from pipeline.rollout.engines import Sampling
 
 DEMO_DIR = "data/demo"
@@ -57,68 +57,6 @@ class StageFailed(RuntimeError):
     """A stage failed after its retries; the message names the stage and the reason."""
 
 
-def _summary(stage: str, out: dict) -> dict[str, Any]:
-    if stage == "record":
-        return {
-            "calls read": out["calls_read"],
-            "episodes committed": out["episodes_committed"],
-            "episodes open": out["episodes_open"],
-        }
-    if stage == "ingest":
-        t = out["totals"]
-        return {
-            "files": len(out["files"]),
-            "new files": t.get("files_ingested", 0) + t.get("files_empty", 0),
-            "records read": t.get("records_read", 0),
-            "accepted": t.get("accepted", 0),
-            "quarantined": t.get("quarantined", 0),
-        }
-    if stage == "validate":
-        tables = out["tables"].values()
-        return {
-            "rows validated": sum(t["rows"] for t in tables),
-            "passed": sum(t["passed"] for t in tables),
-            "quarantined": sum(t["quarantined"] for t in tables),
-            "flagged": sum(t["flagged"] for t in tables),
-        }
-    if stage == "dedup":
-        c = out["counts"]
-        return {
-            "questions kept": c["questions_kept"],
-            "near-dup questions": c["questions_near_duplicates"],
-            "trajectories kept": c.get("trajectories_kept", 0),
-            "signatures computed": out["counts"].get("question_signatures_computed", 0)
-            + out["counts"].get("trajectory_signatures_computed", 0)
-            + out.get("signatures_computed", 0),
-        }
-    if stage == "label":
-        return {k: v for k, v in out["stats"].items() if isinstance(v, int | str)}
-    if stage == "build":
-        return {
-            "dataset": f"{out['name']} v{out['version']}"
-            + (" (unchanged)" if out["unchanged"] or out.get("state") == "Cached" else ""),
-            "rl rows": out["rl"]["rows"],
-            "sft rows": out["sft"]["rows"],
-        }
-    if stage == "train":
-        return {"steps": out["steps"]} | (
-            {
-                "accuracy": round(out["last"]["accuracy"], 3),
-                "reward": round(out["last"]["reward_mean"], 3),
-            }
-            if out.get("last")
-            else {}
-        )
-    if stage == "sft":
-        first, last = out["first"], out["last"]
-        return {"trajectories": out["rows"], "steps run": out["steps"]} | (
-            {"loss": f"{first['loss']:.3f} -> {last['loss']:.3f}"} if last else {}
-        )
-    if stage == "eval":
-        return {r["stage"]: round(r[f"average@{r['k']}"], 3) for r in out["rows"]}
-    return {}
-
-
 def _stage(name: str, fn: Any, results: dict, rows: dict, /, **params: Any) -> dict:
     report("stage", name)
     t0 = time.perf_counter()
@@ -134,7 +72,7 @@ def _stage(name: str, fn: Any, results: dict, rows: dict, /, **params: Any) -> d
     rows[name] = {
         "state": out.get("state", "Completed") if isinstance(out, dict) else "Completed",
         "seconds": round(time.perf_counter() - t0, 2),
-    } | _summary(name, out)
+    } | stage_summary(name, out)
     return out
 
 

@@ -86,6 +86,23 @@ def print_rows(
     console.print(f"[dim]{len(rows)} row(s)[/dim]")
 
 
+def print_stage(stage: str, out: dict) -> None:
+    """The one summary line of a stage's counts (``pipeline.report.stage_summary``, the same
+    counts ``flow run``'s table shows), then the stage's warnings."""
+    from pipeline.report.summary import stage_summary
+
+    counts = stage_summary(stage, out)
+    state = " (nothing new: done before)" if out.get("state") == "Cached" else ""
+    line = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+    console.print(
+        f"[bold]{esc(stage)}[/bold]{state}: {esc(line)}"
+        if line
+        else f"[bold]{esc(stage)}[/bold]{state}"
+    )
+    for w in out.get("warnings") or []:
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}")
+
+
 @contextlib.contextmanager
 def stage_progress(title: str) -> Any:
     """A spinner with the stage's count on a terminal; periodic plain lines in a log (stdout not

@@ -17,6 +17,7 @@ from flows.cli.common import (
     console,
     err,
     print_rows,
+    print_stage,
 )
 from flows.options import configured
 from pipeline.dedup.config import DedupConfig
@@ -184,6 +185,7 @@ def _print_validate(out: dict) -> None:
         console.print("[green]every expectation passed on the rows validated in this run[/green]")
     if out.get("docs_index"):
         console.print(f"Data Docs: [bold]{esc(out['docs_index'])}[/bold]")
+    print_stage("validate", out)
 
 
 @app.command()
@@ -223,8 +225,7 @@ def _print_dedup(out: dict) -> None:
     console.print(
         f"evaluation sets: {c['questions_in_eval_sets']} unique questions in one, {c['questions_contaminated']} training questions near-duplicate one; train-eligible: {c['questions_train_eligible']}"
     )
-    for w in out.get("warnings", []):
-        err.print(f"[yellow]warning:[/yellow] {esc(w)}")
+    print_stage("dedup", out)
 
 
 @app.command()

@@ -11,6 +11,7 @@ from flows.cli.common import (
     app,
     console,
     err,
+    print_stage,
     stage_progress,
 )
 from flows.options import configured
@@ -35,13 +36,8 @@ def judge(config: JudgeConfig, lake: LakeOpt = None) -> None:
     except JudgeError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
-    s = out["status"]
-    console.print(
-        f"{out['target']}: {out['candidates']} candidates, {out['judged']} judged, "
-        f"{out['cached']} already judged by {esc(out['judge'])}; parses ok {s.get('ok', 0)}, "
-        f"partial {s.get('partial', 0)}, failed {s.get('failed', 0)}"
-        + (f"; mean score {out['score_mean']:.3f}" if out["score_mean"] is not None else "")
-    )
+    print_stage("judge", out)
+    console.print(f"  judge {esc(out['judge'])} on {esc(out['target'])}")
     for reason, n in sorted(out["reasons"].items(), key=lambda kv: -kv[1]):
         console.print(f"  failed: {esc(reason)} x{n}")
     if out["note"]:
@@ -51,7 +47,7 @@ def judge(config: JudgeConfig, lake: LakeOpt = None) -> None:
 def _print_label(out: dict) -> None:
     from pipeline.build.select import SelectConfig, pass_rate_bin
 
-    console.print(f"[bold]label[/bold] {esc(out['stats'])}")
+    print_stage("label", out)
     hist: dict[str, list] = {}
     for h in out["histogram"]:
         hist.setdefault(h["label_source"], []).append(h)
@@ -110,10 +106,9 @@ def label(config: LabelConfig, runner: RunnerConfig, lake: LakeOpt = None) -> No
 
 
 def _print_build(m: dict) -> None:
-    rl, sft = m["rl"], m["sft"]
-    console.print(
-        f"[bold]dataset[/bold] {esc(m['name'])} v{m['version']}{' (unchanged)' if m.get('unchanged') else ''}: rl {rl['rows']} questions (labels: {esc(rl['label_source'])}), sft {sft['rows']} trajectories"
-    )
+    rl = m["rl"]
+    print_stage("build", m)
+    console.print(f"  labels: {esc(rl['label_source'])}")
     console.print(
         f"  pyramid {esc(rl['pyramid'])} (targets {esc(rl['targets'])}); supply {esc(rl['supply'])}; dropped {esc(rl['dropped'])}"
     )

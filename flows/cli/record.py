@@ -9,6 +9,7 @@ from flows.cli.common import (
     app,
     console,
     err,
+    print_stage,
 )
 from flows.options import configured
 from pipeline.lake import Lake, resolve_root
@@ -76,9 +77,10 @@ def record_commit(config: CommitConfig, lake: LakeOpt = None) -> None:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
     ing = out.get("ingest") or {}
+    print_stage("record", out)
     console.print(
-        f"calls read {out['calls_read']}: committed now {out['calls_committed']}, "
-        f"earlier {out['calls_committed_before']}, in open episodes {out['calls_open']}"
+        f"  calls: committed now {out['calls_committed']}, earlier "
+        f"{out['calls_committed_before']}, in open episodes {out['calls_open']}"
     )
     if out["episodes_committed"]:
         closed = ", ".join(f"{k} {v}" for k, v in sorted(out["closed_by"].items()))

@@ -348,7 +348,10 @@ def pipeline_flow(
         train_options=train_options,
     )
     for stage in todo:
-        step = STEPS[stage](run)
+        try:
+            step = STEPS[stage](run)
+        except ValueError as e:  # the stage's config refused what this run gives it
+            raise StageFailed(f"stage {stage} failed: {type(e).__name__}: {e}") from e
         if step.skipped:
             _skipped(stage, step.skipped, run.results, run.rows)
             continue

@@ -108,3 +108,37 @@ def test_bfcl_function_calls_against_possible_answers(shared):
 
 def test_irrelevance_means_no_call():
     assert calls_match("", []) and not calls_match("f(a=1)", [])
+
+
+def test_a_reward_without_docs_and_a_label_with_them_judge_calls_alike(shared):
+    """One matcher: a function-call ground truth without docs (``verify``'s path, the reward of
+    rows that carry no tools) is judged by the same BFCL rules as a question with its docs (the
+    label's path), against docs read off the answer. Over every BFCL question of six categories
+    and outputs that BFCL accepts and rejects, the two agree but where only the docs can say
+    (a declared tuple, a parameter the docs require that the answer marks optional, a function
+    the answer key names differently from its docs)."""
+    from pipeline.verify.calls import check
+    from tests.test_bfcl import load, variants
+
+    def as_text(output: list[dict]) -> str:
+        return "[" + ", ".join(
+            f"{n}(" + ", ".join(f"{k}={v!r}" for k, v in a.items()) + ")"
+            for c in output for n, a in c.items()
+        ) + "]"  # fmt: skip
+
+    same, differ = 0, []
+    for category in ("simple", "multiple", "parallel", "parallel_multiple", "live_simple", "live_multiple"):  # fmt: skip
+        for q, possible in load(category):
+            for kind, output in variants(possible, q["function"]).items():
+                label = check(q["function"], output, possible, category).valid
+                reward = verify(as_text(output), json.dumps(possible), "function_calls").correct
+                if label == reward:
+                    same += 1
+                else:
+                    differ.append((q["id"], kind))
+    assert same + len(differ) > 15_000
+    assert len(differ) / (same + len(differ)) < 0.002, differ[:10]
+    # the string rules are BFCL's, not a case-insensitive compare: "NEW-YORK." is "New York"
+    gt = json.dumps([{"f": {"city": ["New York"]}}])
+    assert verify('f(city="NEW-YORK.")', gt, "function_calls").correct
+    assert not verify('f(city="Newark")', gt, "function_calls").correct

@@ -1,7 +1,8 @@
 """Is an answer correct? Ground truths normalized once (``ground_truth``), responses judged per
-answer type (``verdict``), function calls without docs matched by value (``calls``)."""
+answer type (``verdict``), function calls by BFCL's rules, with or without their docs
+(``calls``: the one function-call matcher)."""
 
-from pipeline.verify.calls import call_matches, calls_match, parse_calls
+from pipeline.verify.calls import calls_match, check, parse_calls
 from pipeline.verify.verdict import (
     Verdict,
     extract_answer,
@@ -14,8 +15,8 @@ from pipeline.verify.verdict import (
 
 __all__ = [
     "Verdict",
-    "call_matches",
     "calls_match",
+    "check",
     "extract_answer",
     "last_boxed",
     "letter_of",

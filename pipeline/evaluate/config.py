@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pipeline.evaluate.errors import EvalError
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.engines import Sampling
 from pipeline.rollout.policy_loop import read_loop, turn_tokens
@@ -39,13 +40,13 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ValueError(f"k must be at least 1, not {self.k}")
+            raise EvalError(f"k must be at least 1, not {self.k}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"limit must be at least 1 (or None for all), not {self.limit}")
+            raise EvalError(f"limit must be at least 1 (or None for all), not {self.limit}")
         if self.backend not in ("auto", "vllm", "transformers"):
-            raise ValueError(f"backend must be auto, vllm or transformers, not {self.backend!r}")
+            raise EvalError(f"backend must be auto, vllm or transformers, not {self.backend!r}")
         if self.refine != bool(self.judge):
-            raise ValueError("refine and judge go together: a judge critiques, refine uses it")
+            raise EvalError("refine and judge go together: a judge critiques, refine uses it")
         if self.max_tokens is not None and self.sampling is not None:
             self.sampling = replace(self.sampling, max_tokens=self.max_tokens)
 

@@ -51,16 +51,63 @@ def test_the_imported_folder_computes_what_the_gguf_model_computes(smollm2):
          '{"code": "print(62 * 59)"}}\n</tool_call>'},
         {"role": "tool", "content": "3658"},
     ]  # fmt: skip
-    ids = _ids(tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True))
-    assert ids == _ids(
-        ref_tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True)
+    # a conversation without tools renders as the GGUF's own template renders it
+    ids = _ids(tok.apply_chat_template(messages, add_generation_prompt=True))
+    assert ids == _ids(ref_tok.apply_chat_template(messages, add_generation_prompt=True))
+    x = torch.tensor(
+        [_ids(tok.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True))]
     )
-    x = torch.tensor([ids])
     with torch.no_grad():
         assert torch.equal(got(x).logits, ref(x).logits)
         kw = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": tok.eos_token_id}
         assert torch.equal(got.generate(x, **kw), ref.generate(x, **kw))
     assert tok.convert_ids_to_tokens(tok.eos_token_id) == "<|im_end|>"  # the chat's stop
+
+
+def test_the_imported_template_declares_tools_and_sft_renders_it_token_for_token(smollm2):
+    """SmolLM2's own template has no tools: the import extends it the Hermes way (tools in the
+    system turn, calls as <tool_call> JSON). The agent loop's prompt and SFT's rendering of a
+    recorded tool conversation are exactly what apply_chat_template renders; the loop reads the
+    policy's <tool_call> text back as the call; <|im_end|> stops a turn."""
+    from transformers import AutoTokenizer
+
+    from pipeline.rollout.agent import PYTHON_TOOL, AgentConfig, head_messages, parse_calls
+    from pipeline.rollout.render import render
+
+    record = json.loads((smollm2 / "import.json").read_text())
+    assert record["tools_declared_by"] == "hermes extension"
+    assert "tools" not in record["original_chat_template"]
+    tok = AutoTokenizer.from_pretrained(str(smollm2))
+    agent = AgentConfig()
+    call = {"name": "python", "arguments": {"code": "print(62 * 59)"}}
+    recorded = [
+        {"role": "user", "content": "What is 62 times 59?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c0", "name": "python", "arguments": json.dumps(call["arguments"])}]},
+        {"role": "tool", "content": "3658\n", "tool_call_id": "c0"},
+        {"role": "assistant", "content": "The answer is \\boxed{3658}."},
+    ]  # fmt: skip
+    as_template = [
+        *head_messages(recorded[0]["content"], agent.system_prompt),
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"type": "function", "function": call}],
+        },
+        *recorded[2:],
+    ]
+    full = tok.apply_chat_template(as_template, tools=[PYTHON_TOOL], tokenize=False)
+    assert "<tools>" in full and '"name": "python"' in full.split("<|im_start|>user")[0]
+    full = full[: full.rindex(tok.eos_token) + len(tok.eos_token)]
+    prompt, ids, mask = render(tok, recorded, agent)
+    assert prompt + ids == tok(full, add_special_tokens=False).input_ids
+    assert tok.convert_ids_to_tokens(ids[-1]) == "<|im_end|>" and mask[-1] == 1
+    own = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    assert "<tool_call>" in own and "3658\n" not in own  # the tool's output is not trained
+    first_turn = tok.decode(ids[: ids.index(tok.eos_token_id)])
+    calls, bad = parse_calls(first_turn, "hermes")
+    assert bad == 0 and calls[0]["name"] == "python"
+    assert calls[0]["arguments"] == call["arguments"]
 
 
 def _ids(x):

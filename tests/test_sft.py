@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from pipeline.demo.nano import tasks, trajectories
@@ -257,3 +258,35 @@ def test_a_thought_then_a_call_in_two_messages_renders_as_one_turn(tiny_model):
     ]
     one_turn = [split_turn[0], {**split_turn[2], "content": "Let me check."}, *split_turn[3:]]
     assert render(tok, split_turn, NANO_AGENT) == render(tok, one_turn, NANO_AGENT)
+
+
+def test_lora_sft_trains_adapters_saves_a_plain_model_and_resumes(tiny_model, tmp_path):
+    """``lora_rank`` (peft): only the adapters train, the base weights stay; each checkpoint is
+    an ordinary model folder holding the merged weights (what vLLM and the trainer load) and
+    the adapter; a resumed run continues the losses of an uninterrupted one."""
+    from transformers import AutoModelForCausalLM
+
+    with Sandbox(NANO_AGENT.sandbox, 1) as box:
+        rows = trajectories(tasks(32, seed=1), box)
+
+    def cfg(out, steps):
+        return SFTTrainConfig(
+            out=str(out), model=tiny_model, steps=steps, batch_size=8, agent=NANO_AGENT,
+            lr=1e-2, lora_rank=4, schedule="constant",
+        )  # fmt: skip
+
+    straight = sft(cfg(tmp_path / "a", 6), rows)
+    assert straight[-1]["loss"] < straight[0]["loss"]
+    sft(cfg(tmp_path / "b", 3), rows)
+    resumed = sft(cfg(tmp_path / "b", 6), rows)
+    assert [h["step"] for h in resumed] == [4, 5, 6]
+    assert [round(h["loss"], 4) for h in resumed] == [round(h["loss"], 4) for h in straight[3:]]
+    ckpt = tmp_path / "a/checkpoint-latest"
+    assert (ckpt / "adapter/adapter_config.json").exists()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tuned = AutoModelForCausalLM.from_pretrained(str(ckpt))  # a plain model, no peft
+    b, t = base.state_dict(), tuned.state_dict()
+    assert set(b) == set(t)
+    changed = [k for k in b if not torch.equal(b[k], t[k])]
+    assert changed and all("proj" in k for k in changed)  # the adapted linear layers only
+    assert not any("lora" in k for k in t)

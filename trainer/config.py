@@ -284,6 +284,10 @@ class SFTTrainConfig:
     """AdamW weight decay."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
+    lora_rank: int = 0
+    """0: full fine-tuning; r > 0: LoRA adapters (peft) of rank r on every linear layer, the
+    base frozen; checkpoints hold the merged weights (an ordinary model folder) and the
+    adapter (to resume)."""
     max_length: int = 2048
     """Longer trajectories are left out (counted), never cut."""
     max_turns: int = 4
@@ -318,6 +322,11 @@ class SFTTrainConfig:
             check_dataset_split(self.dataset, "sft")
 
     def __post_init__(self) -> None:
+        if self.lora_rank < 0 or (self.lora_rank and self.model is None):
+            raise ValueError(
+                f"lora_rank must be 0 (full fine-tuning) or, with a pretrained model, > 0; "
+                f"not {self.lora_rank} (the nano policy is trained whole from scratch)"
+            )
         if self.agent is None:
             self.agent = agent_config(self.dataset, self.max_turns, self.tools)
         if self.schedule not in ("cosine", "constant"):

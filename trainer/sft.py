@@ -173,13 +173,23 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     src = str(latest) if resume else base
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(src)
-    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).to(device)
+    if config.lora_rank and resume:  # the base model again, with the adapter it trained
+        from peft import PeftModel
+
+        model = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.float32)
+        model = PeftModel.from_pretrained(model, str(latest / "adapter"), is_trainable=True)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        if config.lora_rank:
+            model = with_lora(model, config.lora_rank)
+    model = model.to(device)
     model.train()
     data, skipped = examples(tokenizer, rows, config)
     if not data:
         raise ValueError(f"no trajectory can be rendered for SFT: {skipped}")
     lr = config.lr if config.lr is not None else (3e-3 if config.model is None else 1e-5)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=config.weight_decay)
+    trained = [p for p in model.parameters() if p.requires_grad]  # all, or LoRA's adapters
+    opt = torch.optim.AdamW(trained, lr=lr, weight_decay=config.weight_decay)
     warm = max(1, config.warmup_steps)
 
     def factor(s: int) -> float:  # linear warmup, then constant or cosine to 10%
@@ -208,7 +218,7 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
         loss, n = sft_loss(model, ids.to(device), attn.to(device), labels.to(device))
         opt.zero_grad()
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
         opt.step()
         sched.step()
         m = {
@@ -236,7 +246,41 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     return history
 
 
+def with_lora(model, rank: int):
+    """LoRA adapters (peft) of rank ``rank`` on every linear layer but the output head; the
+    base weights are frozen."""
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(
+        r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules="all-linear", bias="none"
+    )
+    return get_peft_model(model, lora)
+
+
+class _Merged:
+    """A LoRA model as the plain model it stands for (adapters merged into a copy of the
+    weights), so a checkpoint is an ordinary folder vLLM, the trainer and evaluation load."""
+
+    def __init__(self, peft_model):
+        self.peft = peft_model
+
+    def save_pretrained(self, folder) -> None:
+        base = self.peft.get_base_model()
+        self.peft.merge_adapter()
+        try:
+            state = {
+                k.replace(".base_layer", ""): v.detach().clone()
+                for k, v in base.state_dict().items()
+                if "lora_" not in k
+            }
+        finally:
+            self.peft.unmerge_adapter()
+        base.save_pretrained(folder, state_dict=state)
+        self.peft.save_pretrained(str(Path(folder) / "adapter"))  # to resume training
+
+
 def _save(latest, model, tokenizer, opt, sched, stream, step, config) -> None:
+    model = _Merged(model) if config.lora_rank else model
     state = {
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),

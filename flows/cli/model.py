@@ -37,7 +37,8 @@ def import_(config: ImportConfig, lake: LakeOpt = None) -> None:
             f"imported {esc(done['source'])}\n"
             f"  -> {esc(done['path'])}\n"
             f"  {done['architecture']}, {done['parameters']:,} parameters, vocabulary "
-            f"{done['vocab']:,}, chat template: {'yes' if done['chat_template'] else 'no'}\n"
+            f"{done['vocab']:,}, chat template: {'yes' if done['chat_template'] else 'no'}"
+            f" (tools declared by its {esc(done.get('tools_declared_by', 'own template'))})\n"
             f"  logits against the GGUF model: max |diff| {done['max_abs_logit_diff']:g}; "
             f"{done['seconds']} s"
         )

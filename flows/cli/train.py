@@ -32,6 +32,7 @@ from trainer.config import COMMAND_LINE, SFTTrainConfig, TrainConfig
     "max_turns",
     "tools",
     "seed",
+    "lora_rank",
     required=("dataset",),
 )
 def sft(config: SFTTrainConfig) -> None:

@@ -23,6 +23,10 @@ class ImportConfig:
     """
     probe: str = PROBE
     """The chat-templated text whose logits the copy must reproduce."""
+    tool_template: bool = True
+    """When the file's chat template cannot declare tools (SmolLM2's plain ChatML), write the
+    Hermes extension of it (pipeline/model_import/template.py): tools in the system turn, calls
+    as <tool_call> JSON; a tool-free conversation renders exactly as before."""
 
     def __post_init__(self) -> None:
         if self.gguf is not None and not self.gguf.endswith(".gguf"):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pipeline.model_import.config import PACKAGE, ImportConfig
 from pipeline.model_import.errors import ModelImportError
+from pipeline.model_import.template import extend
 
 RECORD = "import.json"  # beside the weights: where they came from and how well they matched
 
@@ -114,7 +115,7 @@ def import_gguf(config: ImportConfig, models_dir: str | Path) -> dict:
     record = out / RECORD
     if record.is_file():
         done = json.loads(record.read_text())
-        if done.get("sha256") == digest:
+        if done.get("sha256") == digest and done.get("tool_template") == config.tool_template:
             return done | {"path": str(out), "cached": True}
         raise ModelImportError(
             f"{out} holds an import of another file ({done.get('source')}); pass another --out"
@@ -125,6 +126,10 @@ def import_gguf(config: ImportConfig, models_dir: str | Path) -> dict:
     from transformers import AutoModelForCausalLM
 
     model, tok = _load_gguf(src)
+    original_template = tok.chat_template
+    extended = extend(tok) if config.tool_template and original_template else None
+    if extended is not None:
+        tok.chat_template = extended
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -144,6 +149,9 @@ def import_gguf(config: ImportConfig, models_dir: str | Path) -> dict:
             "parameters": sum(p.numel() for p in model.parameters()),
             "vocab": len(tok),
             "chat_template": bool(tok.chat_template),
+            "tool_template": config.tool_template,
+            "tools_declared_by": "hermes extension" if extended else "own template",
+            "original_chat_template": original_template,
             "max_abs_logit_diff": diff,
             "seconds": round(time.perf_counter() - t0, 1),
         }

@@ -102,6 +102,7 @@ BESIDE: dict[tuple[str, str], list[str]] = {
     ("eval", "judge"): ["--refine"],
     ("train", "judge_weight"): ["--judge", "a-judge"],
     ("train", "refine"): ["--judge", "a-judge"],
+    ("sft", "lora_rank"): ["--model", "{model}"],
     ("label", "engines"): ["--policy", "{policy}"],
     ("label", "judge.model"): ["--policy", "{policy}"],
     ("label", "judge.backend"): ["--policy", "{policy}", "--judge", "a-judge"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from flows.runners import RunnerConfig
 from pipeline.demo.nano import EVAL_SET
-from pipeline.rollout.agent import AgentConfig
+from pipeline.rollout.agent import SYSTEM, AgentConfig
 
 STAGES = ("ingest", "validate", "dedup", "sft", "label", "build", "train", "eval")
 """The mission's stages, in order (``flow run``)."""
@@ -73,6 +73,8 @@ class MissionConfig:
     """Any other TrainConfig fields of the GRPO-TCR stage."""
     eval_set: str = EVAL_SET
     """The held-out evaluation set of the before/after evaluation."""
+    more_eval_sets: tuple[str, ...] = ()
+    """Further held-out sets evaluated before and after (the real mission: a GSM8K slice)."""
     eval_k: int = 8
     """Samples per held-out question."""
     eval_limit: int | None = None
@@ -81,6 +83,26 @@ class MissionConfig:
     """One seed for the nano policy's initial weights and SFT order, the rollouts' sampling and
     GRPO's stream (the nano policy's outcome spreads across seeds: docs/training.md).
     """
+    base_model: str | None = None
+    """What SFT starts from: None, the nano policy built from scratch; "smollm2", the packaged
+    SmolLM2-135M-Instruct imported once into <lake>/models (flow model import); or a model
+    folder."""
+    lora_rank: int = 0
+    """SFT with LoRA adapters of this rank (0: full fine-tuning)."""
+    sft_lr: float | None = None
+    """SFT learning rate (None: 3e-3 for the nano policy, 1e-5 for a pretrained model)."""
+    sft_max_length: int = 2048
+    """SFT trajectories longer than this many tokens are left out (counted)."""
+    shared_inputs: tuple[str, ...] = ()
+    """Files or folders of real data ingested beside the demo corpus (paths under the shared
+    data folder, FLOW_SHARED_DATA, default ../shared/data)."""
+    heldout_gsm8k: int = 0
+    """Questions of GSM8K test held out as the evaluation set gsm8k_heldout (written into the
+    demo folder as a pool); the rest of GSM8K test is training data in this run, said as a
+    warning (0: none)."""
+    dedup_eval_sets: tuple[str, ...] | None = None
+    """The evaluation sets dedup keeps out of training beside the registered ones (None: its
+    defaults, which hold out all of GSM8K test)."""
 
     @classmethod
     def quick(cls) -> MissionConfig:
@@ -101,6 +123,65 @@ class MissionConfig:
             train_steps=6,
             prompts_per_step=8,
             eval_k=4,
+        )
+
+    @classmethod
+    def real(cls, quick: bool = False) -> MissionConfig:
+        """The mission on a real pretrained model: SmolLM2-135M-Instruct, SFT on ToRA's
+        python-tool solutions and the nano family, live labels of real questions (GSM8K,
+        MATH-500) and nano ones, GRPO-TCR, evaluation on held-out nano and GSM8K questions.
+        Sized for about an hour on 2 cores (``quick``: minutes, the CI test's size); where a
+        stage cannot fit, questions, K and steps are cut, never a stage (docs/training.md)."""
+        agent = AgentConfig(
+            max_turns=3, max_response_tokens=512, system_prompt=SYSTEM, declare_tools=True
+        )
+        real = cls(
+            demo_dir="data/demo-real",
+            nano={"n_solved": 300, "n_pool": 300, "n_eval": 32, "levels": [1, 2]},
+            agent=agent,
+            base_model="smollm2",
+            sft_steps=120,
+            sft_batch=8,
+            sft_lr=2e-5,
+            sft_max_length=768,
+            k=8,
+            max_tokens=160,
+            label_limit=48,
+            train_steps=8,
+            prompts_per_step=4,
+            group_size=8,
+            lr=1e-6,
+            train_options={"warmup_steps": 0, "minibatches": 2},
+            eval_k=4,
+            eval_limit=24,
+            more_eval_sets=("gsm8k_heldout",),
+            shared_inputs=("tora", "questions/gsm8k/train.jsonl", "questions/math500"),
+            heldout_gsm8k=24,
+            dedup_eval_sets=(),
+        )
+        if not quick:
+            return real
+        return replace(
+            real,
+            demo_dir="data/demo-real-quick",
+            nano={"n_solved": 16, "n_pool": 16, "n_eval": 4, "levels": [1]},
+            agent=replace(agent, max_turns=2, max_response_tokens=192),
+            sft_steps=2,
+            sft_batch=2,
+            sft_max_length=512,
+            k=4,
+            max_tokens=48,
+            label_limit=6,
+            train_steps=2,
+            prompts_per_step=2,
+            group_size=4,
+            backend="transformers",
+            train_backend="transformers",
+            train_options={"warmup_steps": 0, "minibatches": 2, "tis": "on"},
+            eval_k=2,
+            eval_limit=3,
+            shared_inputs=("tora/src/outputs/llm-agents/tora-70b-v1.0",),
+            heldout_gsm8k=3,
         )
 
     def with_agent(self, **changes) -> MissionConfig:
@@ -128,6 +209,10 @@ class RunConfig:
     """The CI-sized mission: fewer questions, steps and rollouts."""
     seed: int = 0
     """The mission's seed: nano weights, SFT order, rollouts, GRPO."""
+    real: bool = False
+    """The mission on a real pretrained model (SmolLM2-135M-Instruct, from the packaged GGUF)
+    and real data (ToRA's python-tool solutions, GSM8K, MATH-500) beside the nano family; with
+    quick, the CI-sized version (MissionConfig.real)."""
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     """Where the mapped work (files, signature partitions) runs."""
 
@@ -138,6 +223,8 @@ class RunConfig:
         known = DATA_STAGES if self.data_only else STAGES
         if self.until is not None and self.until not in known:
             raise ValueError(f"until must be one of {', '.join(known)}, not {self.until!r}")
+        if self.real and self.data_only:
+            raise ValueError("real is the whole mission on a real model; data_only runs none")
         if self.policy is not None and not Path(self.policy).is_dir():
             raise ValueError(f"policy {self.policy} is not a model folder")
 
@@ -145,6 +232,8 @@ class RunConfig:
         """The mission's sizes (None: the data stages only)."""
         if self.data_only:
             return None
+        if self.real:
+            return replace(MissionConfig.real(quick=self.quick), seed=self.seed)
         return replace(MissionConfig.quick() if self.quick else MissionConfig(), seed=self.seed)
 
     def without_model_code(self) -> RunConfig:

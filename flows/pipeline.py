@@ -31,6 +31,7 @@ from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
 from pipeline.build import BuildConfig
+from pipeline.dedup import DedupConfig
 from pipeline.demo.nano import EVAL_SET
 from pipeline.label import LabelConfig, model_revision
 from pipeline.lake import Lake, resolve_root
@@ -123,8 +124,9 @@ def _ingest(run: _Run) -> _Step:
     def register_eval_set(_: dict) -> None:
         from pipeline.lake.eval_sets import pools, register
 
-        if run.mission.eval_set in pools(run.lake):  # held out from training by every later dedup
-            register(run.lake, [run.mission.eval_set])
+        m = run.mission
+        known = set(pools(run.lake))  # held out from training by every later dedup
+        register(run.lake, [e for e in (m.eval_set, *m.more_eval_sets) if e in known])
 
     return _Step(
         run.mapped(ingest_flow),
@@ -138,7 +140,22 @@ def _validate(run: _Run) -> _Step:
 
 
 def _dedup(run: _Run) -> _Step:
-    return _Step(run.mapped(dedup_flow), {"lake": run.root})
+    m = run.mission
+    if m is None or m.dedup_eval_sets is None:
+        return _Step(run.mapped(dedup_flow), {"lake": run.root})
+    config = DedupConfig(eval_sets=m.dedup_eval_sets)  # beside the lake's registered sets
+
+    def say_what_trains(_: dict) -> None:
+        if m.heldout_gsm8k and "gsm8k/test" not in m.dedup_eval_sets:
+            run.results.setdefault("mission", {"warnings": []})["warnings"].append(
+                f"GSM8K test is training data in this run (ToRA's solutions of it are SFT "
+                f"rows), except its first {m.heldout_gsm8k} questions, held out as "
+                "gsm8k_heldout: compare its GSM8K figures with nothing reported on GSM8K test"
+            )
+
+    return _Step(
+        run.mapped(dedup_flow), {"lake": run.root, "config": config}, after=say_what_trains
+    )
 
 
 def _sft(run: _Run) -> _Step:
@@ -152,8 +169,12 @@ def _sft(run: _Run) -> _Step:
 
     config = SFTTrainConfig(
         out=f"{run.root}/runs/sft-{{key}}",
+        model=base_model(run.lake, m.base_model),
         steps=m.sft_steps,
         batch_size=m.sft_batch,
+        lr=m.sft_lr,
+        lora_rank=m.lora_rank,
+        max_length=m.sft_max_length,
         agent=m.agent,
         seed=m.seed,
     )
@@ -238,12 +259,12 @@ def _train(run: _Run) -> _Step:
 
 
 def _eval(run: _Run) -> _Step:
-    from flows.evaluate import eval_flow
     from pipeline.evaluate.config import EvalConfig
     from pipeline.evaluate.sets import held_out
 
     m = run.mission
-    if not held_out(run.lake, m.eval_set, 1):
+    sets = [e for e in (m.eval_set, *m.more_eval_sets) if held_out(run.lake, e, 1)]
+    if not sets:
         return _Step(
             skipped=f"eval skipped: the lake has no questions of the evaluation set "
             f"{m.eval_set!r} (ingest a held-out pool with `flow ingest PATH "
@@ -252,15 +273,36 @@ def _eval(run: _Run) -> _Step:
     models = [(run.the_policy(), "sft")]
     if "train" in run.results:
         models.append((f"{run.results['train']['out']}/checkpoint-latest", "grpo"))
-    config = EvalConfig(
-        eval_set=m.eval_set,
-        k=m.eval_k,
-        limit=m.eval_limit,
-        agent=m.agent,
-        sampling=Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
-        backend=m.backend,
-    )
-    return _Step(eval_flow, {"models": models, "config": config, "lake": run.root})
+    configs = [
+        EvalConfig(
+            eval_set=e,
+            k=m.eval_k,
+            limit=m.eval_limit,
+            agent=m.agent,
+            sampling=Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
+            backend=m.backend,
+        )
+        for e in sets
+    ]
+    return _Step(evals_flow, {"models": models, "configs": configs, "lake": run.root})
+
+
+@flow(name="evaluate-sets")
+def evals_flow(models: list[tuple[str, str]], configs: list, lake: str) -> dict:
+    """The models on each held-out set (one ``evaluate`` subflow per set); rows carry their
+    set's name, the first set's summary leads."""
+    from flows.evaluate import eval_flow
+
+    outs = [eval_flow(models, config=c, lake=lake) for c in configs]
+    rows = [r | {"eval_set": o["eval_set"]} for o in outs for r in o["rows"]]
+    state = "Cached" if all(o["state"] == "Cached" for o in outs) else "Completed"
+    return outs[0] | {
+        "eval_set": ", ".join(o["eval_set"] for o in outs),
+        "questions": sum(o["questions"] for o in outs),
+        "rows": rows,
+        "state": state,
+        "sets": outs,
+    }
 
 
 STEPS: dict[str, Callable[[_Run], _Step]] = {
@@ -331,9 +373,7 @@ def pipeline_flow(
     root = resolve_root(lake)
     todo = _todo(stages, mission, until, policy, train_model)
     if not inputs and "ingest" in todo:
-        inputs = [
-            demo_inputs(None) if mission is None else demo_inputs(mission.nano, mission.demo_dir)
-        ]
+        inputs = [demo_inputs(None)] if mission is None else mission_inputs(mission)
     run = _Run(
         root=root,
         lake=Lake(root),
@@ -375,6 +415,46 @@ def demo_inputs(nano: dict | None, folder: str = DEMO_DIR) -> str:
         with Sandbox(MissionConfig().agent.sandbox, 2) as box:
             write_nano(folder, box, **nano)
     return folder
+
+
+def mission_inputs(mission: MissionConfig) -> list[str]:
+    """The mission's inputs: its demo corpus with the nano family, the held-out GSM8K slice
+    written there as a pool, and the real data it names under the shared data folder."""
+    folder = demo_inputs(mission.nano, mission.demo_dir)
+    shared = shared_data()
+    if mission.heldout_gsm8k:
+        heldout = Path(folder, "questions", "gsm8k_heldout", "test.jsonl")
+        if not heldout.exists():
+            lines = (shared / "questions/gsm8k/test.jsonl").read_text().splitlines()
+            heldout.parent.mkdir(parents=True, exist_ok=True)
+            tmp = heldout.with_suffix(".tmp")
+            tmp.write_text("\n".join(lines[: mission.heldout_gsm8k]) + "\n")
+            tmp.replace(heldout)
+    missing = [p for p in mission.shared_inputs if not (shared / p).exists()]
+    if missing:
+        raise FileNotFoundError(
+            f"the mission's real data is not under {shared}: {', '.join(missing)} (set "
+            "FLOW_SHARED_DATA to the folder that holds it)"
+        )
+    return [folder, *(str(shared / p) for p in mission.shared_inputs)]
+
+
+def shared_data() -> Path:
+    """The shared real data: FLOW_SHARED_DATA, else ../shared/data beside this checkout."""
+    import os
+
+    given = os.environ.get("FLOW_SHARED_DATA")
+    return Path(given) if given else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def base_model(lake: Lake, name: str | None) -> str | None:
+    """The folder SFT starts from: None (the nano policy), the packaged SmolLM2 imported into
+    the lake's models folder once ("smollm2"), or a folder as given."""
+    if name != "smollm2":
+        return name
+    from pipeline.model_import import ImportConfig, import_gguf
+
+    return import_gguf(ImportConfig(), lake.path("models"))["path"]
 
 
 def _skipped(stage: str, why: str, results: dict, rows: dict) -> None:

@@ -30,6 +30,7 @@ from pipeline.terminal import esc
     "data_only",
     "until",
     "quick",
+    "real",
     "seed",
     runner="runner.runner",
     workers="runner.workers",
@@ -112,7 +113,8 @@ def run(config: RunConfig, lake: LakeOpt = None) -> None:
     if evaluation:
         print_rows(
             [
-                {"stage": r["stage"], "model": r["model"]}
+                {"set": r.get("eval_set", evaluation["eval_set"]), "stage": r["stage"]}
+                | {"model": r["model"]}
                 | {m: round(v, 4) for m, v in r.items() if "@" in m}
                 for r in evaluation["rows"]
             ],

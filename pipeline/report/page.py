@@ -252,13 +252,13 @@ def write_report(
             + ('<img src="curves.png">' if "curves.png" in files else "")
         )
 
-    if evaluation:
-        metrics = [m for m in evaluation["rows"][0] if "@" in m]
+    for ev in (evaluation.get("sets") or [evaluation]) if evaluation else []:
+        metrics = [m for m in ev["rows"][0] if "@" in m]
         table = [
             {"stage": r["stage"], "model": r["model"]}
             | {m: round(r[m], 4) for m in metrics}
             | {"tool calls / rollout": round(r.get("tool_calls_per_rollout", 0), 2)}
-            for r in evaluation["rows"]
+            for r in ev["rows"]
         ]
         if len(table) == 2:
             table.append(
@@ -266,8 +266,8 @@ def write_report(
                 | {m: round(table[1][m] - table[0][m], 4) for m in metrics}
             )
         sections.append(
-            f"<h2>Evaluation: before and after</h2><p>{evaluation['questions']} held-out questions of "
-            f"<code>{html.escape(evaluation['eval_set'])}</code> (also in the lake's <code>evals</code> table).</p>"
+            f"<h2>Evaluation: before and after</h2><p>{ev['questions']} held-out questions of "
+            f"<code>{html.escape(ev['eval_set'])}</code> (also in the lake's <code>evals</code> table).</p>"
             + _table(table)
         )
 
@@ -307,8 +307,9 @@ def _alarms_section(training: dict, evaluation: dict | None) -> str:
     history = [orjson.loads(x) for x in raw.splitlines() if x.strip()]
     history = [h for h in history if "reward_mean" in h]
     held = None
-    if evaluation and len(evaluation["rows"]) >= 2:
-        first, last = evaluation["rows"][0], evaluation["rows"][-1]
+    first_set = (evaluation.get("sets") or [evaluation])[0] if evaluation else None
+    if first_set and len(first_set["rows"]) >= 2:
+        first, last = first_set["rows"][0], first_set["rows"][-1]
         main = f"average@{first['k']}"
         held = [(0, first[main]), (len(history), last[main])]
     rang = alarms(history, held)

@@ -66,7 +66,13 @@ def stage_summary(stage: str, out: dict) -> dict[str, Any]:
             {"loss": f"{first['loss']:.3f} -> {last['loss']:.3f}"} if last else {}
         )
     if stage == "eval":
-        return {r["stage"]: round(r[f"average@{r['k']}"], 3) for r in out["rows"]}
+        several = len({r.get("eval_set") for r in out["rows"]}) > 1
+        return {
+            (f"{r['eval_set']} {r['stage']}" if several else r["stage"]): round(
+                r[f"average@{r['k']}"], 3
+            )
+            for r in out["rows"]
+        }
     if stage == "judge":
         s = out["status"]
         return {

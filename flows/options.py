@@ -14,7 +14,6 @@ starts. Nothing here knows any stage.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import re
@@ -219,7 +218,3 @@ def configured(
         return command
 
     return decorate
-
-
-def field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]

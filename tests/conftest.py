@@ -186,6 +186,7 @@ HEAVY_MODULES = {
     "test_train",
     "test_trainer_path",
     "test_real_sources",
+    "test_real_mission",  # SmolLM2 through every stage
 }
 HEAVY_TESTS = {"test_an_engine_start_through_the_cli_leaves_no_warnings_on_the_console"}
 

@@ -55,6 +55,8 @@ class MissionConfig:
     """Per assistant turn."""
     backend: str = "auto"
     """Labelling and evaluation engine: vLLM where installed."""
+    label_datasets: tuple[str, ...] = ()
+    """Label only questions of these pools (empty: every pool)."""
     label_limit: int | None = 800
     """Label at most this many questions (None: all); K=8 rollouts of 800 questions take ~2 min on
     two cores, and the demo's pyramid needs no more.
@@ -93,6 +95,8 @@ class MissionConfig:
     """SFT learning rate (None: 3e-3 for the nano policy, 1e-5 for a pretrained model)."""
     sft_max_length: int = 2048
     """SFT trajectories longer than this many tokens are left out (counted)."""
+    sft_options: dict = field(default_factory=dict)
+    """Any other SFTTrainConfig fields of the SFT stage (warmup_steps, schedule, ...)."""
     shared_inputs: tuple[str, ...] = ()
     """Files or folders of real data ingested beside the demo corpus (paths under the shared
     data folder, FLOW_SHARED_DATA, default ../shared/data)."""
@@ -140,12 +144,14 @@ class MissionConfig:
             nano={"n_solved": 300, "n_pool": 300, "n_eval": 32, "levels": [1, 2]},
             agent=agent,
             base_model="smollm2",
-            sft_steps=120,
+            lora_rank=16,
+            sft_steps=60,
             sft_batch=8,
-            sft_lr=2e-5,
+            sft_lr=5e-4,
             sft_max_length=768,
             k=8,
             max_tokens=160,
+            label_datasets=("nano_arith", "gsm8k/train", "math500"),
             label_limit=48,
             train_steps=8,
             prompts_per_step=4,
@@ -166,12 +172,17 @@ class MissionConfig:
             demo_dir="data/demo-real-quick",
             nano={"n_solved": 16, "n_pool": 16, "n_eval": 4, "levels": [1]},
             agent=replace(agent, max_turns=2, max_response_tokens=192),
-            sft_steps=2,
-            sft_batch=2,
+            # 12 LoRA steps on the nano trajectories: a policy between 0/K and K/K on nano
+            # questions (8 steps: 0-1 of 4 right, 14: mostly 3 of 4), so the build has RL rows
+            sft_steps=12,
+            sft_batch=4,
+            sft_lr=1e-3,
             sft_max_length=512,
+            sft_options={"warmup_steps": 2, "schedule": "constant"},
             k=4,
             max_tokens=48,
-            label_limit=6,
+            label_datasets=("nano_arith",),
+            label_limit=10,
             train_steps=2,
             prompts_per_step=2,
             group_size=4,
@@ -179,8 +190,8 @@ class MissionConfig:
             train_backend="transformers",
             train_options={"warmup_steps": 0, "minibatches": 2, "tis": "on"},
             eval_k=2,
-            eval_limit=3,
-            shared_inputs=("tora/src/outputs/llm-agents/tora-70b-v1.0",),
+            eval_limit=2,
+            shared_inputs=(),  # ToRA's long solutions would take the few SFT steps
             heldout_gsm8k=3,
         )
 

@@ -177,6 +177,7 @@ def _sft(run: _Run) -> _Step:
         max_length=m.sft_max_length,
         agent=m.agent,
         seed=m.seed,
+        **m.sft_options,
     )
     params = {"lake": run.root, "config": config}
     return _Step(sft_flow, params, after=hand_on)
@@ -193,6 +194,7 @@ def _label(run: _Run) -> _Step:
         k=m.k,
         backend=m.backend,
         limit=m.label_limit,
+        datasets=m.label_datasets,
         sampling=Sampling(temperature=m.temperature, max_tokens=m.max_tokens, seed=m.seed),
         agent=m.agent,
     )

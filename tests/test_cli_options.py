@@ -81,6 +81,7 @@ SAMPLES: dict[str, object] = {
     "runner": "dask",
     "tables": ("questions",),
     "eval_sets": ("math500",),
+    "datasets": ("gsm8k/train",),
     "allowed_origins": ("http://localhost:3000",),
     "dimensions": ("domain", "source"),
     "upstream": "http://127.0.0.1:9/v1",

@@ -74,8 +74,8 @@ def test_rollouts_are_the_templates_tokens_stopped_at_im_end_and_masked(real_mis
         "SELECT r.*, q.question FROM rollouts r JOIN (SELECT question_id, any_value(question) question FROM questions GROUP BY 1) q USING (question_id)",
     )
     assert rows and {r["sample"] for r in rows} == {0, 1, 2, 3}  # K=4
-    policy = rows[0]["policy"]
-    tok = AutoTokenizer.from_pretrained(policy)
+    policy = Path(rows[0]["policy"])  # as the run named it, from its working folder
+    tok = AutoTokenizer.from_pretrained(str(real_mission.parents[1] / policy))
     end = tok.convert_tokens_to_ids("<|im_end|>")
     for r in rows:
         text = tok.apply_chat_template(

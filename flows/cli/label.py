@@ -76,6 +76,7 @@ def _print_label(out: dict) -> None:
     "k",
     "backend",
     "limit",
+    "datasets",
     "max_tokens",
     "engines",
     judge="judge.model",

@@ -37,6 +37,8 @@ class LabelConfig:
     """Questions per checkpointed part."""
     limit: int | None = None
     """At most this many questions labelled per policy and config."""
+    datasets: tuple[str, ...] = ()
+    """Label only questions of these pools (dataset or dataset/split; empty: every pool)."""
     include_eval: bool = False
     """Also label questions that belong to evaluation sets."""
     engines: int = 1

@@ -87,7 +87,8 @@ def recorded_labels(lake: Lake) -> dict:
 
 QUESTIONS = """
 WITH tools AS (SELECT question_id, any_value(tools) AS tools FROM valid_questions GROUP BY 1)
-SELECT u.question_id, u.question, u.ground_truth, u.answer_type, u.datasets[1] AS dataset, t.tools
+SELECT u.question_id, u.question, u.ground_truth, u.answer_type, u.datasets[1] AS dataset,
+       u.datasets AS pools, t.tools
 FROM unique_questions u LEFT JOIN tools t USING (question_id)
 WHERE u.ground_truth IS NOT NULL
   AND (u.answer_type IN ('integer', 'number', 'latex', 'letter', 'text')
@@ -118,11 +119,19 @@ def planned(
             lake, QUESTIONS.format(eval_filter="" if config.include_eval else "AND train_eligible")
         ).to_pylist()
     )
+    if config.datasets:
+        qs = [q for q in qs if in_datasets(q["pools"] or [], config.datasets)]
     todo = [q for q in qs if q["question_id"] not in done]
     already = len(done & {q["question_id"] for q in qs})
     if config.limit is not None:  # at most `limit` questions labelled for this policy and config
         todo = todo[: max(0, config.limit - already)]
     return todo, {"questions": len(qs), "already_labelled": already}
+
+
+def in_datasets(pools: list[str], names: tuple[str, ...]) -> bool:
+    """Whether a question's pools (``dataset/split``) hold one of ``names`` (a ``dataset`` or a
+    ``dataset/split``)."""
+    return any(p == n or p.split("/")[0] == n for p in pools for n in names)
 
 
 def shards(questions: list[dict], n: int) -> list[list[dict]]:

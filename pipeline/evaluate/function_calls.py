@@ -88,7 +88,7 @@ def metrics(verdicts: list[dict]) -> dict:
 
 
 def evaluate_function_calls(
-    engine, questions: list[dict], k: int = 1, config=None, sampling=None, bootstrap: int = 1000
+    engine, questions: list[dict], k: int = 1, config=None, sampling=None
 ) -> dict:
     """The policy on function-calling questions, each offered its own function docs as tools
     (one turn: BFCL's single-turn categories are judged on the calls, nothing is executed).
@@ -97,7 +97,7 @@ def evaluate_function_calls(
     intervals (``ci``) and ``slices`` per category."""
     import orjson
 
-    from pipeline.evaluate.estimators import bootstrap_ci
+    from pipeline.evaluate.estimators import ks_for, pass_at_k, pass_hat_k, wilson_ci
     from pipeline.rollout.agent import AgentConfig, run_episodes
 
     unknown = sorted({q["dataset"] for q in questions if not supported(q.get("dataset"))})
@@ -124,8 +124,13 @@ def evaluate_function_calls(
     def part(idx: list[int]) -> dict:
         rows = [verdicts[i * k + j] for i in idx for j in range(k)]
         out = {"questions": len(idx), "k": k} | metrics(rows)
-        per_q = [sum(verdicts[i * k + j]["correct"] for j in range(k)) / k for i in idx]
-        out["ci"] = {"accuracy": list(bootstrap_ci(per_q, bootstrap))}
+        right = [sum(verdicts[i * k + j]["correct"] for j in range(k)) for i in idx]
+        out["ci"] = {"accuracy": list(wilson_ci([c / k for c in right], k))}
+        for j in ks_for(k)[1:]:  # pass@j (any of j right) and tau-bench's pass^j (all j right)
+            for name, fn in ((f"pass@{j}", pass_at_k), (f"pass^{j}", pass_hat_k)):
+                vals = [fn(k, c, j) for c in right]
+                out[name] = sum(vals) / len(vals) if vals else float("nan")
+                out["ci"][name] = list(wilson_ci(vals))
         return out
 
     result = part(list(range(len(qs))))

@@ -14,9 +14,9 @@ from pipeline.rollout.agent import AgentConfig, continue_from, run_episodes, run
 from pipeline.rollout.engines import Sampling
 
 
-def _scores(questions: list[dict], eps: list, k: int, bootstrap: int) -> tuple[dict, list[bool]]:
+def _scores(questions: list[dict], eps: list, k: int) -> tuple[dict, list[bool]]:
     per_q, agent = score_groups(questions, eps, k)
-    return summary(per_q, agent, k, bootstrap), [a["correct"] for a in agent]
+    return summary(per_q, agent, k), [a["correct"] for a in agent]
 
 
 def evaluate_refined(
@@ -26,7 +26,6 @@ def evaluate_refined(
     k: int = 4,
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
-    bootstrap: int = 1000,
 ) -> dict:
     """{"initial": metrics, "refined": metrics, "flips": {...}, "judge": {...}} on the same
     questions and samples: the second attempt of sample s answers the critique of attempt s."""
@@ -51,8 +50,8 @@ def evaluate_refined(
         sampling.top_k,
     )
     second = run_started(engine, tok, continue_from(tok, items, config, 1_000_000), config, again)
-    initial, ok1 = _scores(questions, first, k, bootstrap)
-    refined, ok2 = _scores(questions, second, k, bootstrap)
+    initial, ok1 = _scores(questions, first, k)
+    refined, ok2 = _scores(questions, second, k)
     status = Counter(v.parsed.status for v in verdicts)
     return {
         "initial": initial,

@@ -1,7 +1,7 @@
 """Evaluation through the same agent loop the policy trains in.
 
 Accuracy (``estimators``): average@k, the unbiased pass@j for j = 1, 2, 4, ... k, and maj@k
-(the most frequent extracted answer, ties: first seen), each with a bootstrap interval over
+(the most frequent extracted answer, ties: first seen), each with a 95% interval over
 questions. Agent metrics: tool calls per rollout, tool-error rate, recovery rate (a tool error,
 then a correct answer), the share of answers a tool printed first, response tokens, turns.
 Everything also per slice (domain, source dataset, difficulty bin) where the questions carry
@@ -13,7 +13,6 @@ across runs.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
 from datetime import UTC, datetime
 
 from pipeline.evaluate.estimators import accuracy
@@ -96,7 +95,6 @@ def evaluate(
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
     slices: tuple[str, ...] = SLICES,
-    bootstrap: int = 1000,
 ) -> dict:
     """``questions``: dicts with question_id, question, ground_truth, answer_type (and, for the
     breakdowns, any of ``slices``: domain, dataset, difficulty). Returns the flat metrics of
@@ -108,7 +106,7 @@ def evaluate(
     ):
         from pipeline.evaluate.function_calls import evaluate_function_calls
 
-        return evaluate_function_calls(engine, questions, k, config, sampling, bootstrap)
+        return evaluate_function_calls(engine, questions, k, config, sampling)
     eps = run_episodes(
         engine,
         engine.tokenizer,
@@ -118,7 +116,7 @@ def evaluate(
         sampling,
     )
     per_q, agent = score_groups(questions, eps, k)
-    result = summary(per_q, agent, k, bootstrap)
+    result = summary(per_q, agent, k)
     result["slices"] = {}
     for key in slices:
         for value in sorted({str(q[key]) for q in questions if q.get(key) is not None}):
@@ -127,7 +125,6 @@ def evaluate(
                 [per_q[i] for i in idx],
                 [agent[i * k + j] for i in idx for j in range(k)],
                 k,
-                bootstrap,
             )
             result["slices"][f"{key}={value}"] = part
     return result
@@ -140,8 +137,7 @@ def score_groups(questions: list[dict], eps: list, k: int) -> tuple[list, list[d
     for i, q in enumerate(questions):
         group = eps[i * k : (i + 1) * k]
         verdicts = [verify(e.final_text, q["ground_truth"], q.get("answer_type")) for e in group]
-        answers = [v.extracted for v in verdicts if v.extracted is not None]
-        majority = Counter(answers).most_common(1)[0][0] if answers else None
+        majority = majority_answer([v.extracted for v in verdicts], q.get("answer_type"))
         maj_ok = (
             majority is not None
             and verify(f"\\boxed{{{majority}}}", q["ground_truth"], q.get("answer_type")).correct
@@ -149,6 +145,28 @@ def score_groups(questions: list[dict], eps: list, k: int) -> tuple[list, list[d
         per_q.append((k, sum(v.correct for v in verdicts), maj_ok))
         agent += [episode_metrics(e, v) for e, v in zip(group, verdicts, strict=True)]
     return per_q, agent
+
+
+def majority_answer(answers: list[str | None], answer_type: str | None) -> str | None:
+    """The answer most samples gave, answers the verifier finds equal voting together ('7.0'
+    and '7', '\\frac{1}{2}' and '0.5'); ties: the first seen."""
+    groups: list[list[str]] = []
+    for a in answers:
+        if a is None:
+            continue
+        home = next(
+            (
+                g
+                for g in groups
+                if g[0] == a or verify(f"\\boxed{{{a}}}", g[0], answer_type).correct
+            ),
+            None,
+        )
+        if home is None:
+            groups.append([a])
+        else:
+            home.append(a)
+    return max(groups, key=len)[0] if groups else None  # max keeps the first of equal sizes
 
 
 def episode_metrics(e, verdict) -> dict:
@@ -167,9 +185,9 @@ def episode_metrics(e, verdict) -> dict:
     }
 
 
-def summary(per_q: list[tuple[int, int, bool]], agent: list[dict], k: int, bootstrap: int) -> dict:
+def summary(per_q: list[tuple[int, int, bool]], agent: list[dict], k: int) -> dict:
     """Accuracy estimators with intervals, then the agent metrics (means over episodes)."""
-    acc = accuracy(per_q, k, bootstrap)
+    acc = accuracy(per_q, k)
     n_ep = max(1, len(agent))
     calls = sum(a["tool_calls"] for a in agent)
     failed = [a for a in agent if a["tool_errors"] > 0]

@@ -345,7 +345,7 @@ def write_eval_report(lake: Lake, folder: str, eval_set: str, rows: list[dict]) 
     ]
     sections = [
         f"<h2>{html.escape(eval_set)}: {rows[0]['questions']} questions × {rows[0]['k']} samples</h2>"
-        "<p>95% bootstrap intervals over questions in brackets; every number is also in the "
+        "<p>95% intervals over questions (Wilson, design effect) in brackets; every number is also in the "
         "lake's <code>evals</code> table.</p>" + _table(table)
     ]
     labels, values, lows, highs = [], [], [], []

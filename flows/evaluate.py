@@ -94,7 +94,7 @@ def eval_flow(
     config = config or EvalConfig()
     eval_set, k = config.eval_set, config.k
     lk = Lake(lake)
-    questions = held_out(lk, eval_set, config.limit)
+    questions = held_out(lk, eval_set, None)  # the limit counts questions evaluated (below)
     if not questions:
         raise ValueError(f"no questions with a ground truth for evaluation set {eval_set!r}")
     calls = all(q.get("answer_type") == "function_calls" for q in questions)
@@ -110,6 +110,7 @@ def eval_flow(
             raise ValueError(
                 f"no function-calling questions of a supported category in {eval_set!r}: {skipped}"
             )
+    questions = questions[: config.limit] if config.limit else questions
     rows = []
     for model, stage in models:
         report("stage", f"eval {stage}")

@@ -331,3 +331,34 @@ def test_calls_with_non_object_arguments_are_malformed_and_other_categories_are_
     }
     with pytest.raises(ValueError, match="no function-calling verdicts"):
         evaluate_function_calls(None, [q])
+
+
+def test_a_limit_counts_the_questions_evaluated_not_those_left_out(tiny_model, tmp_path):
+    """An evaluation set mixing a supported category with one judged otherwise (multi-turn):
+    ``limit`` questions are evaluated, the others counted as left out, not eaten by the limit."""
+    import shutil
+
+    from flows.evaluate import eval_flow
+    from pipeline.evaluate.config import EvalConfig
+    from pipeline.ingest import IngestConfig, ingest
+    from pipeline.lake import Lake
+    from pipeline.validate import ValidateConfig, validate
+    from tests.conftest import PINNED
+
+    data = require_shared() / "bfcl/berkeley-function-call-leaderboard/bfcl_eval/data"
+    src = tmp_path / "bfcl" / "data"
+    (src / "possible_answer").mkdir(parents=True)
+    for name in ("BFCL_v3_simple.json", "BFCL_v3_multi_turn_base.json"):
+        shutil.copy(data / name, src / name)
+    for name in ("BFCL_v3_simple.json", "BFCL_v3_multi_turn_base.json"):
+        shutil.copy(data / "possible_answer" / name, src / "possible_answer")
+    shutil.copytree(data / "multi_turn_func_doc", src / "multi_turn_func_doc")
+    lake = Lake(str(tmp_path / "lake"))
+    ingest([str(tmp_path / "bfcl")], lake, IngestConfig(now=PINNED))
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+    out = eval_flow(
+        [(tiny_model, "base")],
+        EvalConfig(eval_set="bfcl_*", k=1, limit=12, backend="transformers"),
+        lake.root,
+    )
+    assert out["questions"] == 12 and out["skipped"].get("bfcl_multi_turn_base", 0) > 0

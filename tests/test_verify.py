@@ -142,3 +142,11 @@ def test_a_reward_without_docs_and_a_label_with_them_judge_calls_alike(shared):
     gt = json.dumps([{"f": {"city": ["New York"]}}])
     assert verify('f(city="NEW-YORK.")', gt, "function_calls").correct
     assert not verify('f(city="Newark")', gt, "function_calls").correct
+
+
+def test_bfcl_v4_category_names_are_recognised():
+    from pipeline.verify.calls import category_of, supported
+
+    assert category_of("bfcl_simple_python") == "simple" and supported("bfcl_simple_python")
+    assert supported("bfcl_live_parallel_multiple") and supported("bfcl_simple/test")
+    assert not supported("bfcl_simple_java") and not supported("bfcl_multi_turn_base")

@@ -249,8 +249,15 @@ def _list_of_dicts_ok(value: list, options: list) -> bool:
 
 
 def category_of(dataset: str) -> str:
-    """BFCL's category from the lake's dataset name (``bfcl_live_simple`` -> ``live_simple``)."""
-    return dataset.split("/")[0].removeprefix("bfcl_")
+    """BFCL's category from the lake's dataset name (``bfcl_live_simple`` -> ``live_simple``);
+    BFCL v4's names too (``simple_python`` is v3's ``simple``; ``simple_java`` and
+    ``simple_javascript`` stay themselves, judged otherwise)."""
+    category = dataset.split("/")[0].removeprefix("bfcl_").removeprefix("BFCL_v4_")
+    return V4.get(category, category)
+
+
+V4 = {"simple_python": "simple"}
+"""BFCL v4 category names that are a v3 category under another name."""
 
 
 JSON_TYPES = {

@@ -1,12 +1,15 @@
-"""The project's function-call verdicts against BFCL's ``ast_checker`` on a policy's own
-outputs: the policy is rolled out on BFCL's single-turn categories with each question's function
-docs as its tools, and every decoded output is judged by both. (tests/test_bfcl.py does the same
-on 21,773 outputs built from the possible answers.)
+"""The project's function-call verdicts against BFCL's own on raw model text: its Qwen FC
+handler's ``decode_ast`` (after ``</think>``), its format check and ``ast_checker``.
 
-    python bench/bfcl_agreement.py [--policy PATH] [--backend vllm] [--per-category 20] [--k 2]
+1. Texts: every question of every category (and ``simple_python``, BFCL v4's name of
+   ``simple``), outputs built from its possible answer, each written the ways models write calls
+   (``pipeline.evaluate.bfcl_text.renderings``).
+2. A policy's own first turns (``--policy``; default a tiny random Qwen2 built locally), rolled
+   out on each category with the question's docs as its tools.
 
-Without --policy a tiny random Qwen2 is built locally: its outputs rarely parse, so most
-verdicts are format failures. Needs bfcl-eval (make setup installs it).
+    python bench/bfcl_agreement.py [--texts-only] [--policy PATH] [--backend vllm] [--per-category 20] [--k 2]
+
+Needs bfcl-eval (make setup installs it).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.evaluate.function_calls import CATEGORIES, bfcl_verdict, check, decoded  # noqa: E402
+from pipeline.evaluate import bfcl_text  # noqa: E402
+from pipeline.evaluate.function_calls import CATEGORIES  # noqa: E402
 from pipeline.ingest.records import openai_tools  # noqa: E402
 from pipeline.rollout.agent import AgentConfig, run_episodes  # noqa: E402
 from pipeline.rollout.engines import Sampling, make_engine  # noqa: E402
@@ -37,6 +41,40 @@ def rows(path: Path) -> list[dict]:
     )
 
 
+def texts() -> None:
+    """Every possible answer's outputs, rendered, judged by both; counts per rendering."""
+    import time
+
+    t0 = time.perf_counter()
+    agree, differ, valid = Counter(), Counter(), Counter()
+    for cat in (*CATEGORIES, "simple_python"):
+        data = "simple" if cat == "simple_python" else cat
+        answers = {
+            r["id"]: r["ground_truth"] for r in rows(DATA / f"possible_answer/BFCL_v3_{data}.json")
+        }
+        for q in rows(DATA / f"BFCL_v3_{data}.json"):
+            possible, fns = answers.get(q["id"], []), q["function"]
+            outs = (
+                bfcl_text.irrelevance_variants(fns)
+                if data == "irrelevance"
+                else bfcl_text.variants(possible, fns)
+            )
+            for output in outs.values():
+                for how, text in bfcl_text.renderings(output).items():
+                    theirs = bfcl_text.bfcl(text, fns, possible, cat)
+                    same = bfcl_text.ours(text, fns, possible, cat) == theirs
+                    agree[how] += same
+                    differ[how] += not same
+                    valid[how] += theirs
+    n = sum(agree.values()) + sum(differ.values())
+    print(f"texts: {n} raw texts, {sum(agree.values())} verdicts equal to BFCL's "
+          f"({time.perf_counter() - t0:.1f} s)")  # fmt: skip
+    for how in agree:
+        print(
+            f"  {how:<17} equal {agree[how]:6d}  differ {differ[how]:4d}  BFCL-valid {valid[how]:6d}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy")
@@ -44,7 +82,11 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=20)
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--texts-only", action="store_true", help="only the texts, no policy")
     a = ap.parse_args()
+    texts()
+    if a.texts_only:
+        return
     from pipeline.demo.tiny_model import build_tiny_model
 
     policy = a.policy or str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
@@ -66,15 +108,13 @@ def main() -> None:
         for i, q in enumerate(qs):
             possible = answers.get(q["id"], [])
             for e in eps[i * a.k : (i + 1) * a.k]:
-                output, parsed = decoded(e)
-                if not parsed and "irrelevance" not in cat:
-                    output = None  # BFCL's decoder fails: invalid for both
-                ours = output is not None and check(q["function"], output, possible, cat).valid
-                theirs = output is not None and bfcl_verdict(q["function"], output, possible, cat)
+                text = next((m["content"] for m in e.messages if m["role"] == "assistant"), "")
+                ours = bfcl_text.ours(text or "", q["function"], possible, cat)
+                theirs = bfcl_text.bfcl(text or "", q["function"], possible, cat)
                 agree[cat] += ours == theirs
                 valid[cat] += theirs
                 if ours != theirs:
-                    disagree.append((q["id"], output, ours, theirs))
+                    disagree.append((q["id"], text, ours, theirs))
     n = sum(agree.values()) + len(disagree)
     print(f"policy {policy}: {n} outputs, {sum(valid.values())} valid by BFCL")
     for cat in CATEGORIES:

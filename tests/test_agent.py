@@ -248,3 +248,19 @@ def test_program_output_cannot_forge_chat_turns(tok):
     assert [t for t in tool if t in specials] == [t for t in benign_tool if t in specials]
     assert forged in tok.decode(tool)  # the program's text itself reaches the policy unchanged
     assert e.messages[3]["content"].strip() == forged
+
+
+def test_the_loop_runs_a_leniently_written_call_and_counts_it_a_format_error(tok):
+    """A block without the template's newlines, or arguments as a JSON string, still runs (the
+    loop must answer it), but BFCL's decoder reads no such call: one format error per turn. A
+    call written as inside a <think> block is a thought, not a call, as BFCL reads it."""
+    loose = (
+        '<tool_call>{"name": "python", "arguments": "{\\"code\\": \\"print(6 * 7)\\"}"}</tool_call>'
+    )
+    eng = scripted(tok, [loose, call("print(1)"), "\\boxed{42}"])
+    (e,) = run_episodes(eng, tok, [("q", "What is 6 times 7?")], k=1)
+    assert e.tool_calls == 2 and e.tool_errors == 0 and e.messages[3]["content"].strip() == "42"
+    assert e.format_errors == 1  # the first turn only: the second is written exactly
+    thought = "<think>\n" + call("print(6 * 7)") + "\n</think>\n\n\\boxed{42}"
+    (e,) = run_episodes(scripted(tok, [thought]), tok, [("q", "x")], k=1)
+    assert e.tool_calls == 0 and e.finish_reason == "answer" and e.format_errors == 0

@@ -117,8 +117,9 @@ def test_a_reward_without_docs_and_a_label_with_them_judge_calls_alike(shared):
     and outputs that BFCL accepts and rejects, the two agree but where only the docs can say
     (a declared tuple, a parameter the docs require that the answer marks optional, a function
     the answer key names differently from its docs)."""
+    from pipeline.evaluate.bfcl_text import variants
     from pipeline.verify.calls import check
-    from tests.test_bfcl import load, variants
+    from tests.test_bfcl import load
 
     def as_text(output: list[dict]) -> str:
         return "[" + ", ".join(

@@ -26,6 +26,7 @@ from pipeline.verify.calls import (  # noqa: F401 (the checker, re-exported for 
     bfcl_verdict,
     category_of,
     check,
+    docs_from_answer,
     standardize,
     supported,
 )
@@ -34,17 +35,18 @@ from pipeline.verify.calls import (  # noqa: F401 (the checker, re-exported for 
 
 
 def decoded(episode) -> tuple[list[dict], bool]:
-    """(the first turn's calls as ``[{name: arguments}]``, every call block parsed)."""
+    """(the first turn's calls as ``[{name: arguments}]``, the decoder read it): the turn's raw
+    text as BFCL's handler decodes it (``pipeline.verify.decode``)."""
     turn = next((m for m in episode.messages if m["role"] == "assistant"), None)
-    calls = (turn or {}).get("tool_calls") or []
-    return [{c["name"]: c["arguments"]} for c in calls], episode.malformed_calls == 0
+    return text_calls((turn or {}).get("content") or "")
 
 
 def episode_verdict(question: dict, episode) -> dict:
     """What one episode scores on a function-calling question."""
-    functions = [t["function"] for t in question["tools"]]
-    offered = {f["name"] for f in functions}
     possible = question["possible"]
+    offered_docs = [t.get("function", t) for t in question.get("tools") or []]
+    functions = offered_docs or docs_from_answer(possible)  # no docs: read off the answer
+    offered = {f["name"] for f in offered_docs}
     category = category_of(question["dataset"])
     output, parsed = decoded(episode)
     names = [next(iter(c)) for c in output]
@@ -181,12 +183,12 @@ def reward(
 
 
 def text_calls(text: str) -> tuple[list[dict], bool]:
-    """(the Hermes ``<tool_call>`` calls of a completion as ``[{name: arguments}]``, every block
-    parsed): what a framework's reward function sees is text."""
-    from pipeline.rollout.agent import parse_calls
+    """(the calls of a completion as ``[{name: arguments}]``, the decoder read it), as BFCL's
+    handler decodes the raw text: what a framework's reward function sees is text."""
+    from pipeline.verify.decode import decode_calls
 
-    calls, bad = parse_calls(text or "", "hermes")
-    return [{c["name"]: c["arguments"]} for c in calls if c.get("name")], bad == 0
+    calls = decode_calls(text or "")
+    return (calls or [], calls is not None)
 
 
 def question_reward(question: dict, output: list[dict], parsed: bool) -> float:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+from pipeline.evaluate.errors import EvalError
 from pipeline.evaluate.estimators import accuracy
 from pipeline.rollout.agent import AgentConfig, run_episodes
 from pipeline.rollout.engines import Sampling
@@ -101,9 +102,14 @@ def evaluate(
     the whole set, ``ci`` {metric: [low, high]} and ``slices`` {"domain=math": metrics}.
     Function-calling questions (their own tools) are judged by BFCL's rules instead
     (``function_calls.evaluate_function_calls``)."""
-    if questions and all(
-        q.get("answer_type") == "function_calls" and q.get("tools") for q in questions
-    ):
+    calls = [q for q in questions if q.get("answer_type") == "function_calls" and q.get("tools")]
+    if calls and len(calls) < len(questions):
+        raise EvalError(
+            f"the set mixes {len(calls)} function-calling questions (judged by BFCL's rules, "
+            f"one turn) with {len(questions) - len(calls)} others (judged by the verifier, "
+            "through the agent loop): evaluate them as separate sets"
+        )
+    if calls:
         from pipeline.evaluate.function_calls import evaluate_function_calls
 
         return evaluate_function_calls(engine, questions, k, config, sampling)
@@ -176,6 +182,7 @@ def episode_metrics(e, verdict) -> dict:
     return {
         "tool_calls": e.tool_calls,
         "tool_errors": e.tool_errors,
+        "format_errors": e.format_errors,
         "turns": e.turns,
         "response_tokens": sum(e.mask),
         "correct": verdict.correct,
@@ -202,6 +209,8 @@ def summary(per_q: list[tuple[int, int, bool]], agent: list[dict], k: int) -> di
         else float("nan"),
         "verified_by_tool": sum(a["verified"] for a in agent) / n_ep,
         "format_rate": sum(a["formatted"] for a in agent) / n_ep,
+        # rollouts with a turn BFCL's decoder reads otherwise than the loop ran it
+        "format_error_rate": sum(a["format_errors"] > 0 for a in agent) / n_ep,
         "response_tokens": sum(a["response_tokens"] for a in agent) / n_ep,
         "turns": sum(a["turns"] for a in agent) / n_ep,
     }

@@ -33,6 +33,7 @@ import orjson
 from pipeline.rollout.engines import Sampling, row_seed
 from pipeline.rollout.stepper import stepper
 from pipeline.sandbox import Sandbox, SandboxConfig, run_python
+from pipeline.verify.decode import after_think, decode_calls
 
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 PY_BLOCK_RE = re.compile(r"```python\n(.*?)```", re.S)
@@ -100,6 +101,7 @@ class Episode:
     tool_calls: int = 0
     tool_errors: int = 0
     malformed_calls: int = 0
+    format_errors: int = 0  # turns BFCL's decoder reads otherwise than the loop did
     finish_reason: str = ""  # answer | max_turns | max_tokens | length | context
     done: bool = False
     index: int = 0  # the question's position in its run (part of its sampling seed)
@@ -228,7 +230,11 @@ class ToolMessageRenderer:
 
 
 def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
-    """(calls [{name, arguments}], malformed count) found in one assistant turn."""
+    """(calls [{name, arguments}], malformed count) found in one assistant turn, read leniently
+    so they can run (any spacing in the tags, arguments as a JSON string); only the text after
+    a ``</think>`` holds calls, as BFCL reads it. ``format_error`` says when BFCL's decoder
+    would read the turn otherwise."""
+    text = after_think(text)
     calls, bad = [], 0
     if tool_format in ("hermes", "both"):
         for body in TOOL_CALL_RE.findall(text):
@@ -252,6 +258,16 @@ def parse_calls(text: str, tool_format: str) -> tuple[list[dict], int]:
             {"name": "python", "arguments": {"code": code}} for code in PY_BLOCK_RE.findall(text)
         ]
     return calls, bad
+
+
+def format_error(text: str, calls: list[dict], bad: int, tool_format: str) -> bool:
+    """Whether the loop's lenient reading of a turn (``calls``, ``bad`` malformed) differs from
+    what BFCL's decoder reads in it (``pipeline.verify.decode``)."""
+    if tool_format == "python_block":
+        return False
+    strict = decode_calls(text)
+    loose = [{c["name"]: c["arguments"]} for c in calls if c.get("name") is not None]
+    return bad > 0 or strict is None or strict != loose
 
 
 def run_tool(call: dict, config: AgentConfig, sandbox: Sandbox | None = None) -> tuple[str, bool]:
@@ -487,11 +503,12 @@ class _Loop:
         )
         calls, bad = parse_calls(c.text, config.tool_format)
         e.malformed_calls += bad
+        e.format_errors += format_error(c.text, calls, bad, config.tool_format)
         e.messages.append(
             {
                 "role": "assistant",
                 "content": c.text,
-                "tool_calls": [x for x in calls if x.get("name")] or None,
+                "tool_calls": [x for x in calls if x.get("name") is not None] or None,
             }
         )
         if c.finish_reason == "length":

@@ -235,8 +235,9 @@ def test_flow_run_data_stages_on_the_demo(tmp_path, monkeypatch, tiny_model):
         ],
     )
     got = {r["stage"]: (r["runs"], r["n"], r["with_ci"]) for r in json.loads(res.output)}
-    # avg@4, pass@1, pass@2, pass@4, maj@4 with intervals, and 7 agent metrics (k=2: one less)
-    assert got == {"grpo": (1, 12, 5), "model": (1, 11, 4), "sft": (1, 12, 5)}, got
+    # avg@4, pass@1, pass@2, pass@4, pass^2, pass^4, maj@4 with intervals, and 8 agent metrics
+    # (k=2: avg@2, pass@1, pass@2, pass^2, maj@2)
+    assert got == {"grpo": (1, 15, 7), "model": (1, 13, 5), "sft": (1, 15, 7)}, got
     assert all(r["slices"] >= 2 for r in json.loads(res.output))
     res = runner.invoke(app, ["eval", "--model", "run/checkpoint-latest", "--eval-set", "it's"])
     assert res.exit_code == 1 and "no questions" in res.output

@@ -3,6 +3,13 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
 
     python bench/ablation.py [--seeds 3] [--steps 40] [--eval-every 10] [--minibatches 2]
                              [--policy SFT_DIR]
+    python bench/ablation.py --real --policy data/lake/runs/sft-*/checkpoint-latest \
+        --seeds 1 --steps 6 --eval-every 6 --prompts 4 --pool 96 --held-out 32 --lr 1e-6
+
+``--real``: the real mission's agent (SmolLM2's chat template, the system prompt, declared
+tools, 512-token responses, 160 tokens a turn), rollouts and evaluation through vLLM where it
+is installed (so TIS and |Δ log p| are measured), and per step entropy, clip fractions,
+overlong fraction, tool calls per episode and |Δ log p|; held-out results with 95% intervals.
 
 1. An SFT policy: ``--policy`` (e.g. the main job's ``data/lake/runs/sft-*/checkpoint-latest``),
    or the nano policy trained here from scratch on solver trajectories (``--levels``).
@@ -25,12 +32,13 @@ import json
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.demo.nano import split, tasks, trajectories
 from pipeline.evaluate import evaluate
 from pipeline.rollout.agent import AgentConfig, run_episodes
-from pipeline.rollout.engines import Sampling, TransformersEngine
+from pipeline.rollout.engines import Sampling, close, make_engine
 from pipeline.sandbox import Sandbox
 from pipeline.verify import verify
 from trainer.sft import SFTTrainConfig, sft
@@ -40,6 +48,7 @@ AGENT = AgentConfig(
     max_turns=3, max_response_tokens=160, system_prompt=None, declare_tools=False, sandbox_workers=2
 )
 SAMPLING = Sampling(temperature=1.0, max_tokens=48)
+BACKEND, EVAL_K = "transformers", 8  # --real: vLLM where installed, avg@4
 VARIANTS = {
     "grpo-tcr": ({"eps_high": 0.28, "loss_agg": "token", "use_overlong": True}, "filtered"),
     "grpo": ({"eps_high": 0.20, "loss_agg": "sequence", "use_overlong": False}, "filtered"),
@@ -48,6 +57,17 @@ VARIANTS = {
         "unfiltered",
     ),
 }
+
+
+def use_real() -> None:
+    """Switch the bench to the real mission's agent and sampling (flow run --real)."""
+    global AGENT, SAMPLING, BACKEND, EVAL_K
+    from flows.mission import MissionConfig
+
+    real = MissionConfig.real()
+    AGENT = replace(real.agent, sandbox_workers=2)
+    SAMPLING = Sampling(temperature=1.0, max_tokens=real.max_tokens)
+    BACKEND, EVAL_K = "auto", 4
 
 
 def questions(items, prefix: str) -> list[dict]:
@@ -70,7 +90,7 @@ def sft_policy(out: Path, levels: tuple[int, ...], steps: int) -> str:
 
 
 def pass_counts(policy: str, pool: list[dict], k: int = 8) -> dict[str, int]:
-    eng = TransformersEngine(policy)
+    eng = make_engine(policy, BACKEND)
     with Sandbox(AGENT.sandbox, 2) as box:
         eps = run_episodes(
             eng,
@@ -81,6 +101,7 @@ def pass_counts(policy: str, pool: list[dict], k: int = 8) -> dict[str, int]:
             SAMPLING,
             sandbox=box,
         )
+    close(eng)
     by_id = {q["question_id"]: q for q in pool}
     counts = dict.fromkeys(by_id, 0)
     for e in eps:
@@ -89,16 +110,35 @@ def pass_counts(policy: str, pool: list[dict], k: int = 8) -> dict[str, int]:
     return counts
 
 
-def avg8(model: str, held: list[dict]) -> float:
-    return evaluate(TransformersEngine(model), held, k=8, config=AGENT, sampling=SAMPLING)[
-        "average@8"
-    ]
+def avg8(model: str, held: list[dict]) -> tuple[float, list[float]]:
+    """Held-out average@k (k=8; 4 with --real) and its 95% interval."""
+    eng = make_engine(model, BACKEND)
+    try:
+        m = evaluate(eng, held, k=EVAL_K, config=AGENT, sampling=SAMPLING)
+    finally:
+        close(eng)  # one vLLM engine at a time in this process
+    key = f"average@{EVAL_K}"
+    return m[key], [round(x, 4) for x in m["ci"][key]]
 
 
-def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base: float) -> dict:
+PER_STEP = (
+    "entropy",
+    "clip_frac_low",
+    "clip_frac_high",
+    "overlong_frac",
+    "tool_calls",
+    "format_rate",
+    "accuracy",
+    "logp_mismatch_mean",
+    "tis_weight_mean",
+    "zero_var_frac",
+)
+
+
+def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base: tuple) -> dict:
     overrides, _ = VARIANTS[variant]
     out = Path(tempfile.mkdtemp(prefix=f"abl-{variant}-{seed}-"))
-    curve, history = [(0, base)], []
+    curve, history = [(0, *base)], []
     t0 = time.perf_counter()
     for end in range(args.eval_every, args.steps + 1, args.eval_every):
         cfg = TrainConfig(
@@ -109,24 +149,26 @@ def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base
             minibatches=args.minibatches,
             group_size=8,
             lr=args.lr,
-            warmup_steps=5,
+            warmup_steps=args.warmup,
             max_tokens=SAMPLING.max_tokens,
             agent=AGENT,
-            rollout_backend="transformers",
+            rollout_backend=BACKEND,
             seed=seed,
             l_max=AGENT.max_response_tokens,
             l_cache=48,
             **overrides,
         )
         history += train(cfg, pool)
-        curve.append((end, avg8(str(out / "checkpoint-latest"), held)))
-    target = base + args.target_gain
-    reached = next((s for s, a in curve if s > 0 and a >= target), None)
+        curve.append((end, *avg8(str(out / "checkpoint-latest"), held)))
+    target = base[0] + args.target_gain
+    reached = next((s for s, a, _ in curve if s > 0 and a >= target), None)
     return {
         "variant": variant,
         "seed": seed,
         "curve": curve,
         "final": curve[-1][1],
+        "final_ci": curve[-1][2],
+        "per_step": [{k: h.get(k) for k in ("step", *PER_STEP)} for h in history],
         "steps_to_target": reached,
         # share of sampled groups with reward variance (the rest give no gradient)
         "signal_share": round(1 - statistics.mean(h.get("zero_var_frac", 1.0) for h in history), 3),
@@ -144,6 +186,7 @@ def main() -> None:
     # optimizer steps per rollout batch: with 1 the update is on-policy (ratio 1) and no clip,
     # low or high, ever acts; 2 makes the second step off-policy, where eps_high matters
     ap.add_argument("--minibatches", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--pool", type=int, default=400)
     ap.add_argument("--held-out", type=int, default=40)
     ap.add_argument("--target-gain", type=float, default=0.05)
@@ -151,8 +194,13 @@ def main() -> None:
     ap.add_argument("--levels", default="1,2,3", help="nano levels of the pool and the SFT data")
     ap.add_argument("--sft-steps", type=int, default=1500)
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument(
+        "--real", action="store_true", help="the real mission's agent (flow run --real)"
+    )
     ap.add_argument("--out", default="bench/ablation.json")
     args = ap.parse_args()
+    if args.real:
+        use_real()
     levels = tuple(int(x) for x in args.levels.split(","))
     t0 = time.perf_counter()
     policy = args.policy or sft_policy(
@@ -162,13 +210,20 @@ def main() -> None:
     pool, held = questions(pool_tasks, "p"), questions(held_tasks, "h")
     counts = pass_counts(policy, pool)
     filtered = [q for q in pool if 0 < counts[q["question_id"]] < 8]
+    if not filtered:
+        raise SystemExit(
+            f"no pool question is between 0/8 and 8/8 for {policy}: nothing to compare"
+        )
     pools = {"filtered": filtered, "unfiltered": pool}
     hist = {c: sum(v == c for v in counts.values()) for c in range(9)}
     print(
         f"SFT policy {policy}; pool pass counts (k/8 -> questions) {hist}; filtered {len(filtered)}"
     )
     base = avg8(policy, held)
-    print(f"held-out avg@8 of the SFT policy: {base:.4f}  ({time.perf_counter() - t0:.0f} s)")
+    print(
+        f"held-out avg@{EVAL_K} of the SFT policy: {base[0]:.4f} {base[1]}"
+        f"  ({time.perf_counter() - t0:.0f} s)"
+    )
     results = []
     for seed in range(args.seeds):
         for variant in args.variants.split(","):
@@ -176,18 +231,23 @@ def main() -> None:
             results.append(r)
             print(json.dumps(r))
     print(
-        f"\n| variant | final avg@8 (mean ± sd over {args.seeds} seeds) | Δ vs SFT | steps to SFT+{args.target_gain:.2f} | reached |"
+        f"\n| variant | final avg@{EVAL_K} (mean ± sd over {args.seeds} seeds) | 95% CI (seed 0) | Δ vs SFT | steps to SFT+{args.target_gain:.2f} | reached |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for variant in args.variants.split(","):
         rs = [r for r in results if r["variant"] == variant]
         finals = [r["final"] for r in rs]
         sd = statistics.stdev(finals) if len(finals) > 1 else 0.0
         reached = [r["steps_to_target"] for r in rs if r["steps_to_target"] is not None]
         print(
-            f"| {variant} | {statistics.mean(finals):.4f} ± {sd:.4f} | {statistics.mean(finals) - base:+.4f} | "
+            f"| {variant} | {statistics.mean(finals):.4f} ± {sd:.4f} | {rs[0]['final_ci']} | {statistics.mean(finals) - base[0]:+.4f} | "
             f"{statistics.mean(reached) if reached else '-'} | {len(reached)}/{len(rs)} |"
         )
+    print("\nper step (seed 0): " + " | ".join(("variant", "step", *PER_STEP)))
+    for r in (r for r in results if r["seed"] == 0):
+        for h in r["per_step"]:
+            cells = [f"{h[k]:.4g}" if isinstance(h[k], float) else str(h[k]) for k in PER_STEP]
+            print(" | ".join((r["variant"], str(h["step"]), *cells)))
     Path(args.out).write_text(
         json.dumps(
             {"args": vars(args), "base": base, "pass_counts": hist, "results": results}, indent=1

@@ -149,6 +149,9 @@ class MissionConfig:
             sft_batch=8,
             sft_lr=5e-4,
             sft_max_length=768,
+            # 8 trajectories of up to 768 tokens at once took 21 GB (30 layers' activations)
+            # and were killed on a 23 GB machine; 2 at a time: the same gradient
+            sft_options={"micro_batch_size": 2},
             k=8,
             max_tokens=160,
             label_datasets=("nano_arith", "gsm8k/train", "math500"),

@@ -272,6 +272,9 @@ class SFTTrainConfig:
     """Optimizer steps."""
     batch_size: int = 32
     """Trajectories per step."""
+    micro_batch_size: int = 0
+    """Trajectories per forward/backward pass (the gradient of the whole batch, accumulated;
+    activations' memory grows with this); 0: the whole batch at once."""
     lr: float | None = None
     """Default: 3e-3 for the nano policy, 1e-5 for a given model."""
     warmup_steps: int = 10
@@ -329,6 +332,8 @@ class SFTTrainConfig:
             )
         if self.agent is None:
             self.agent = agent_config(self.dataset, self.max_turns, self.tools)
+        if self.micro_batch_size < 0:
+            raise ValueError(f"micro_batch_size must be >= 0, not {self.micro_batch_size}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"schedule must be cosine or constant, not {self.schedule!r}")
 

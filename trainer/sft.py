@@ -127,13 +127,16 @@ def collate(items: list[dict], pad_id: int) -> tuple[torch.Tensor, torch.Tensor,
     return ids, attn, labels
 
 
-def sft_loss(model, ids, attn, labels, chunk: int = 512) -> tuple[torch.Tensor, int]:
+def sft_loss(
+    model, ids, attn, labels, chunk: int = 512, denom: int | None = None
+) -> tuple[torch.Tensor, int]:
     """Token-mean cross-entropy over the policy's own tokens: L = -sum_t m_t log p(y_t) / sum_t m_t,
-    with the GRPO trainer's chunked fp32 log-softmax (no whole [B, T, V] fp32 tensor)."""
+    with the GRPO trainer's chunked fp32 log-softmax (no whole [B, T, V] fp32 tensor).
+    ``denom``: the whole batch's token count when this is one micro-batch of it."""
     logp, _ = token_logprobs(model, ids, attn, chunk=chunk)  # [B, T-1]
     m = (labels[:, 1:] != -100).to(logp.dtype)  # [B, T-1]
     n = int(m.sum())
-    return -(logp * m).sum() / max(1, n), n
+    return -(logp * m).sum() / max(1, denom or n), n
 
 
 def nano_policy(out: Path, rows: list[dict], config: SFTTrainConfig) -> Path:
@@ -214,16 +217,23 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     history = []
     for step in range(start, config.steps):
         t0 = time.perf_counter()
-        ids, attn, labels = collate([data[i] for i in stream.take(1)[0]], pad)
-        loss, n = sft_loss(model, ids.to(device), attn.to(device), labels.to(device))
+        batch = [data[i] for i in stream.take(1)[0]]
+        # micro-batches: the same token-mean gradient, a fraction of the activations' memory
+        size = config.micro_batch_size or len(batch)
+        parts = [collate(batch[i : i + size], pad) for i in range(0, len(batch), size)]
+        n = sum(int((labels[:, 1:] != -100).sum()) for _, _, labels in parts)
         opt.zero_grad()
-        loss.backward()
+        loss = 0.0
+        for ids, attn, labels in parts:
+            part, _ = sft_loss(model, ids.to(device), attn.to(device), labels.to(device), denom=n)
+            part.backward()
+            loss += part.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(trained, config.grad_clip)
         opt.step()
         sched.step()
         m = {
             "step": step + 1,
-            "loss": loss.item(),
+            "loss": loss,
             "tokens": n,
             "grad_norm": float(grad_norm),
             "lr": sched.get_last_lr()[0],

@@ -28,6 +28,7 @@ from trainer.config import COMMAND_LINE, SFTTrainConfig, TrainConfig
     "model",
     "steps",
     "batch_size",
+    "micro_batch_size",
     "lr",
     "max_turns",
     "tools",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,13 @@ from tests.conftest import require_real_model, require_shared
 
 
 @pytest.fixture(scope="module")
-def real_mission(tmp_path_factory, sandbox_available) -> Path:
+def real_mission(tmp_path_factory, sandbox_available, smollm2) -> Path:
     require_real_model()
     shared = require_shared()
     cwd = tmp_path_factory.mktemp("real-mission")
+    # the session's import (tests/test_model_import.py checks it) where the mission looks for
+    # it: the mission's import stage finds it by its sha256 instead of importing again (~40 s)
+    shutil.copytree(smollm2, cwd / "data/lake/models" / smollm2.name, copy_function=os.link)
     old, env = os.getcwd(), os.environ.get("FLOW_SHARED_DATA")
     os.chdir(cwd)
     os.environ["FLOW_SHARED_DATA"] = str(shared)

@@ -110,7 +110,7 @@ def pass_counts(policy: str, pool: list[dict], k: int = 8) -> dict[str, int]:
     return counts
 
 
-def avg8(model: str, held: list[dict]) -> tuple[float, list[float]]:
+def held_out(model: str, held: list[dict]) -> tuple[float, list[float]]:
     """Held-out average@k (k=8; 4 with --real) and its 95% interval."""
     eng = make_engine(model, BACKEND)
     try:
@@ -159,7 +159,7 @@ def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base
             **overrides,
         )
         history += train(cfg, pool)
-        curve.append((end, *avg8(str(out / "checkpoint-latest"), held)))
+        curve.append((end, *held_out(str(out / "checkpoint-latest"), held)))
     target = base[0] + args.target_gain
     reached = next((s for s, a, _ in curve if s > 0 and a >= target), None)
     return {
@@ -219,7 +219,7 @@ def main() -> None:
     print(
         f"SFT policy {policy}; pool pass counts (k/8 -> questions) {hist}; filtered {len(filtered)}"
     )
-    base = avg8(policy, held)
+    base = held_out(policy, held)
     print(
         f"held-out avg@{EVAL_K} of the SFT policy: {base[0]:.4f} {base[1]}"
         f"  ({time.perf_counter() - t0:.0f} s)"

@@ -77,6 +77,19 @@ def test_jsonl_bad_lines_are_quarantined_with_reasons(tmp_path):
         json.dumps(
             {"messages": [{"role": "user", "content": "x" * 5000}]}
         ).encode(),  # oversized for this config
+        json.dumps(  # a result for a call this conversation never made: not re-linked to "a"
+            {
+                "messages": [
+                    {"role": "user", "content": "q"},
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{"id": "a", "function": {"name": "f", "arguments": "{}"}}],
+                    },
+                    {"role": "tool", "tool_call_id": "b", "content": "another agent's result"},
+                    {"role": "assistant", "content": "done"},
+                ]
+            }
+        ).encode(),
     ]
     lake, result, qrows = run(
         tmp_path,
@@ -85,7 +98,7 @@ def test_jsonl_bad_lines_are_quarantined_with_reasons(tmp_path):
         max_record_bytes=4000,
     )
     f = result.files[0]
-    assert f.records_read == 10 and f.accepted == 1 and f.quarantined == 9
+    assert f.records_read == 11 and f.accepted == 1 and f.quarantined == 10
     by_line = {r["source_index"]: r["reason"] for r in qrows}
     assert by_line == {
         1: "invalid_json",
@@ -97,6 +110,7 @@ def test_jsonl_bad_lines_are_quarantined_with_reasons(tmp_path):
         8: "no_question",
         9: "empty_conversation",
         10: "record_too_large",
+        11: "tool_result_mismatch",
     }
     assert qrows[0]["raw"].startswith('{"messages": [{"role": "user", "content": "cut')
     assert all(
@@ -104,7 +118,7 @@ def test_jsonl_bad_lines_are_quarantined_with_reasons(tmp_path):
         for r in qrows
     )
     log = query(lake, "SELECT * FROM ingest_log").to_pylist()[0]
-    assert (log["records_read"], log["records_accepted"], log["records_quarantined"]) == (10, 1, 9)
+    assert (log["records_read"], log["records_accepted"], log["records_quarantined"]) == (11, 1, 10)
 
 
 def test_truncated_json_array_keeps_earlier_elements(tmp_path):

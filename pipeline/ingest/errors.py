@@ -21,6 +21,7 @@ class Reason(StrEnum):
     UNKNOWN_ROLE = "unknown_role"
     TOOL_RESULT_WITHOUT_CALL = "tool_result_without_call"
     TOOL_CALL_UNANSWERED = "tool_call_unanswered"
+    TOOL_RESULT_MISMATCH = "tool_result_mismatch"  # answers a call id no pending call has
     BAD_TOOL_CALL = "bad_tool_call"  # a call with no name, or arguments that are not JSON
     NO_QUESTION = "no_question"
     UNREADABLE_FILE = "unreadable_file"  # parquet/gzip/zstd container that cannot be decoded

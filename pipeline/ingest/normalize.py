@@ -122,15 +122,23 @@ def canonical_messages(rec: TrajectoryRec) -> tuple[list[dict], int, int]:
             msg["tool_calls"] = calls
         elif role == "tool":
             tcid = m.get("tool_call_id")
-            j = next(
-                (j for j, (o, _, _) in enumerate(pending) if tcid and o == tcid),
-                0 if pending else None,
-            )
-            if j is None:
+            if not pending:
                 raise RecordError(
                     Reason.TOOL_RESULT_WITHOUT_CALL,
                     f"message {i} is a tool result but no call is pending",
                 )
+            j = next((j for j, (o, _, _) in enumerate(pending) if tcid and o == tcid), None)
+            if j is None:
+                # by position only where ids cannot say: the result names none, or the pending
+                # calls had none (formats without ids); never another call's result silently
+                unnamed = [j for j, (o, _, _) in enumerate(pending) if o is None]
+                if tcid and not unnamed:
+                    raise RecordError(
+                        Reason.TOOL_RESULT_MISMATCH,
+                        f"message {i} answers tool_call_id {tcid!r}, which no pending call has "
+                        f"(pending: {', '.join(repr(o) for o, _, _ in pending)})",
+                    )
+                j = unnamed[0] if tcid else 0
             _, call, _ = pending.pop(j)
             msg["tool_call_id"] = call["id"]
             msg["name"] = m.get("name") if isinstance(m.get("name"), str) else call["name"]

@@ -215,3 +215,17 @@ def test_a_web_page_or_a_foreign_host_cannot_post_trajectories(tmp_path, upstrea
         assert ok.status_code == 200 and recorded(port) == 1
     finally:
         stop_group(proc)
+
+
+def test_sigterm_drains_exits_0_and_says_nothing_was_discarded(tmp_path, upstream):
+    """A recorder stopped with SIGTERM (systemd, docker stop) answered what it had and sealed
+    its log: it says so and exits 0, not "discarded; rerun" and 143 as a batch command would."""
+    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+    try:
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT)
+        assert r.status_code == 200 and recorded(port) == 1
+    finally:
+        stop_group(proc)
+    said = (tmp_path / f"proxy-{port}.log").read_text()
+    assert proc.returncode == 0, said
+    assert "nothing was discarded" in said and "rerun to continue" not in said

@@ -52,6 +52,8 @@ def main() -> None:
     try:
         app()
     except BaseException as e:
+        if isinstance(e, SystemExit) and e.code in (0, None):
+            raise  # the command finished (a server that drained on SIGTERM says so itself)
         if stop.requested():  # whatever the stop looked like on its way out (Prefect's own
             # TerminationSignal, Stopped, a failed flow): one clear message and 128 + SIGTERM
             err.print(

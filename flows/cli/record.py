@@ -62,6 +62,13 @@ def record(config: RecorderConfig, lake: LakeOpt = None) -> None:
         )
 
     serve(config, log, on_ready=ready)
+    from pipeline import stop
+
+    if stop.requested():
+        err.print(
+            "stopped on SIGTERM: the calls in flight were answered and logged, the log is "
+            f"sealed ({log.folder}); nothing was discarded. Commit with `flow record-commit`."
+        )
 
 
 @app.command("record-commit")

@@ -38,6 +38,7 @@ def record_flow(lake: str | None = None, config: CommitConfig | None = None) -> 
                 f"| {ing.get('quarantined', 0)} |",
                 "",
                 out["note"],
+                *(f"\n**warning**: {w}" for w in out["warnings"]),
             ]
         ),
     )

@@ -40,7 +40,16 @@ OTHER_SECRET = "xk-other-header-secret-71d2e0"
 
 
 def _call(
-    rid: str, t: float, messages: list, answer: dict | None, *, session=None, status=200, n=1
+    rid: str,
+    t: float,
+    messages: list,
+    answer: dict | None,
+    *,
+    session=None,
+    status=200,
+    n=1,
+    seed=None,
+    **kw,
 ):
     """A log line as the proxy writes it (``call_record``), for a chat completion."""
     resp = (
@@ -59,9 +68,8 @@ def _call(
         else {"error": {"message": "overloaded"}}
     )
     headers = {"x-flow-session": session} if session else {}
-    body = orjson.dumps(
-        {"model": "m", "messages": messages, "tools": [PYTHON_TOOL], "temperature": 0.7}
-    )
+    req = {"model": "m", "messages": messages, "tools": [PYTHON_TOOL], "temperature": 0.7}
+    body = orjson.dumps(req | ({"seed": seed} if seed is not None else {}))
     return call_record(
         request_id=rid,
         instance="test",
@@ -74,7 +82,7 @@ def _call(
         started_at=t,
         seconds=0.1,
         ttft=None,
-        stream=False,
+        **{"stream": False} | kw,
     )
 
 
@@ -168,6 +176,73 @@ def test_parallel_samples_broken_requests_and_branches_are_kept_apart(tmp_path):
     later = commit(Lake(str(lake)), CommitConfig(flush=True))
     assert later.episodes_committed == 2 and later.calls_committed == 2
     assert later.closed_by == {"final": 1, "idle": 1} and later.ingest["accepted"] == 2
+
+
+def test_only_answers_the_client_saw_become_trajectories(tmp_path):
+    """A stream the upstream cut, an answer whose client had gone: kept in the log, never a
+    `final` trajectory; the client's re-sent request replaces the unseen answer (with or
+    without a session); within a session, a re-sent request after a final answer (a recorder
+    killed between its log write and the response) reopens the episode."""
+    q1 = [{"role": "user", "content": "What is 3 times 5?"}]
+    q2 = [{"role": "user", "content": "What is 4 times 5?"}]
+    q3 = [{"role": "user", "content": "What is 5 times 5?"}]
+    cut = (  # the events the client got before the upstream broke off: no finish reason
+        'data: {"id":"x","object":"chat.completion.chunk","model":"m","choices":[{"index":0,'
+        '"delta":{"role":"assistant","content":"The final an"},"finish_reason":null}]}\n\n'
+    )
+    half = {"role": "assistant", "content": "The answer is 2"}
+    fin = {"role": "assistant", "content": "The answer is 20."}
+    lake = tmp_path / "lake"
+    calls = [
+        _call("s1", 1.0, q1, None, status=200, stream=True, sse=cut),
+        _call("d1", 2.0, q2, half, client_disconnected=True),  # the client had left
+        _call("d2", 3.0, q2, fin),  # ... and asked again
+        _call("k1", 4.0, q3, {"role": "assistant", "content": "25"}, session="a"),
+        _call("k2", 5.0, q3, {"role": "assistant", "content": "25."}, session="a"),
+    ]
+    calls[0]["response"] = None  # assembled from the events, as the commit does
+    eps = group(calls, now=6.0, flush=True)
+    assert [(e.request_ids, e.closed_by) for e in eps] == [
+        (["s1"], "unseen"),
+        (["d1", "d2"], "final"),
+        (["k1", "k2"], "final"),
+    ]
+    assert eps[0].turns[0]["unseen"] == "stream_cut" and eps[0].messages == q1
+    assert eps[1].messages == q2 + [fin] and eps[1].turns[0]["unseen"] == "client_disconnected"
+    assert [d["kind"] for d in eps[1].decision_points] == ["unseen_answer", "retry"]
+    assert eps[2].messages[-1]["content"] == "25." and eps[2].turns[0]["replaced"] is True
+    with WAL(str(lake / "recorder/wal"), "w") as log:
+        for c in calls:
+            log.append(c).result()
+    res = commit(Lake(str(lake)), CommitConfig(flush=True))
+    assert res.closed_by == {"unseen": 1, "final": 2} and res.calls_committed == 5
+    assert res.ingest["accepted"] == 2 and res.ingest["reasons"] == {"answer_not_seen": 1}
+
+
+def test_equal_openings_without_a_session_stay_apart(tmp_path):
+    """K agents asking the same question one after another, no session header (K rollouts,
+    pass@k, evaluation reruns): K episodes, each continued by its own tool-call ids; equal
+    requests with their own seeds are never retries of each other, even in one session."""
+    q = [{"role": "user", "content": "What is 6 times 7?"}]
+    fin = {"role": "assistant", "content": "42"}
+    calls, k = [], 4
+    for i in range(k):  # each opening starts after the one before ended
+        calls.append(_call(f"o{i}", 1.0 + i, q, {"role": "assistant", "content": "", "tool_calls": [_tool_call(f"c{i}", "print(6 * 7)")]}))  # fmt: skip
+    for i in reversed(range(k)):  # their tool results come back in another order
+        a = {"role": "assistant", "content": "", "tool_calls": [_tool_call(f"c{i}", "print(6 * 7)")]}  # fmt: skip
+        r = {"role": "tool", "tool_call_id": f"c{i}", "content": "42"}
+        calls.append(_call(f"f{i}", 10.0 + (k - i), q + [a, r], fin))
+    eps = group(calls, now=20.0)
+    assert sorted(e.request_ids for e in eps) == [[f"o{i}", f"f{i}"] for i in range(k)]
+    assert all(e.closed_by == "final" for e in eps)
+    assert not any(d["kind"] == "retry" for e in eps for d in e.decision_points)
+    seeded = [_call(f"s{i}", 1.0 + i, q, fin, session="eval", seed=i) for i in range(3)]
+    assert len(group(seeded, now=9.0)) == 3
+    with WAL(str(tmp_path / "lake/recorder/wal"), "w") as log:
+        for c in calls:
+            log.append(c).result()
+    res = commit(Lake(str(tmp_path / "lake")), CommitConfig(flush=True))
+    assert res.ingest["accepted"] == k and "4 episodes without X-Flow-Session" in res.warnings[0]
 
 
 def test_a_cancelled_wait_does_not_fail_the_other_writes(tmp_path):

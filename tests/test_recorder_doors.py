@@ -36,18 +36,36 @@ class Upstream:
 
     def __init__(self) -> None:
         seen = self.seen = []
+        self.delay = 0.0  # seconds before each answer
+        up = self
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 n = int(self.headers.get("content-length") or 0)
-                self.rfile.read(n)
+                req = json.loads(self.rfile.read(n) or b"{}")
                 seen.append((self.command, self.path, dict(self.headers)))
+                time.sleep(up.delay)
+                if req.get("stream"):
+                    return self._stream()
                 body = json.dumps(ANSWER).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def _stream(self) -> None:  # three words, slowly, then the end
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for word, end in (("The ", None), ("final ", None), ("answer", "stop")):
+                    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
+                             "choices": [{"index": 0, "delta": {"content": word},
+                                          "finish_reason": end}]}  # fmt: skip
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                    time.sleep(0.3)
+                self.wfile.write(b"data: [DONE]\n\n")
 
             do_GET = do_POST = _answer
 
@@ -229,3 +247,58 @@ def test_sigterm_drains_exits_0_and_says_nothing_was_discarded(tmp_path, upstrea
     said = (tmp_path / f"proxy-{port}.log").read_text()
     assert proc.returncode == 0, said
     assert "nothing was discarded" in said and "rerun to continue" not in said
+
+
+def test_answers_the_client_never_got_whole_are_not_trajectories(tmp_path, upstream):
+    """Through the proxy: a client that timed out before the answer came, then re-sent its
+    request; a client that dropped a stream after its first event. The log keeps both unseen
+    answers; the re-sent request replaces the first; the dropped stream is quarantined, never
+    a `final` trajectory ending in "The "."""
+    from pipeline.lake import Lake
+    from pipeline.recorder.config import CommitConfig
+    from pipeline.recorder.stage import commit
+
+    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        upstream.delay = 1.0
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(url, json=CHAT, timeout=0.3)
+        time.sleep(1.5)  # the upstream answered after the client had left
+        upstream.delay = 0.0
+        assert httpx.post(url, json=CHAT).json()["choices"][0]["message"]["content"] == "4"
+        other = {"model": "m", "messages": [{"role": "user", "content": "Say it."}]}
+        with httpx.stream("POST", url, json=other | {"stream": True}) as r:
+            next(r.iter_raw())  # the first event, then the client goes away
+        time.sleep(1.5)
+        assert recorded(port) == 2  # the acknowledged ones; the dropped stream is logged too
+    finally:
+        stop_group(proc)
+    res = commit(Lake(str(tmp_path / "lake")), CommitConfig(flush=True))
+    assert res.calls_committed == 3 and res.closed_by == {"final": 1, "unseen": 1}
+    assert res.ingest["accepted"] == 1 and res.ingest["reasons"] == {"answer_not_seen": 1}
+
+
+def test_the_client_wrapper_keeps_a_dropped_stream_out_of_the_trajectories(tmp_path, upstream):
+    """``record_openai``: a stream the agent stops reading after its first chunk is logged as
+    not seen and quarantined at commit; a stream read to its end is the trajectory."""
+    from openai import OpenAI
+
+    from pipeline.lake import Lake
+    from pipeline.recorder.client import record_openai
+    from pipeline.recorder.config import CommitConfig
+    from pipeline.recorder.stage import commit
+
+    lake = str(tmp_path / "lake")
+    client = record_openai(
+        OpenAI(base_url=f"http://127.0.0.1:{upstream.port}/v1", api_key="k"), lake=lake
+    )
+    msgs = [{"role": "user", "content": "Say it."}]
+    dropped = client.chat.completions.create(model="m", messages=msgs, stream=True)
+    next(iter(dropped))
+    dropped.close()
+    full = client.chat.completions.create(model="m", messages=msgs + [], stream=True, seed=1)
+    assert "".join(c.choices[0].delta.content or "" for c in full) == "The final answer"
+    res = commit(Lake(lake), CommitConfig(flush=True))
+    assert res.closed_by == {"final": 1, "unseen": 1}, res
+    assert res.ingest["accepted"] == 1 and res.ingest["reasons"] == {"answer_not_seen": 1}

@@ -105,3 +105,5 @@ def record_commit(config: CommitConfig, lake: LakeOpt = None) -> None:
         )
     if out["note"]:
         console.print(out["note"])
+    for w in out.get("warnings", []):
+        err.print(f"[yellow]warning:[/yellow] {esc(w)}")

@@ -29,6 +29,7 @@ class Reason(StrEnum):
     OUTSIDE_INPUT = "outside_input"  # a symlink out of the given folder, or into /proc, /sys, /dev
     FILE_CAP_REACHED = "file_cap_reached"  # the file's record or time cap: the rest is unread
     NO_ROWS = "no_rows"  # the reader mapped the record to nothing
+    ANSWER_NOT_SEEN = "answer_not_seen"  # a recorded episode ends in an answer never delivered
     READER_ERROR = "reader_error"  # a bug in a reader: kept with its traceback, never a crash
 
 

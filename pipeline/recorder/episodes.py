@@ -4,14 +4,18 @@ A call continues an open episode when its request's messages start with that epi
 conversation so far (the previous request's messages plus the answer it got): the messages after
 that prefix are what happened in between (tool results, a user's reply). With a session header
 (``X-Flow-Session``) only the session's own episodes are candidates; without one, any open
-episode is. A request equal to an earlier one is a retry of it (after an upstream error, or a
-regenerate). An answer with no tool calls closes the episode (``final``, or ``length`` when it
-was cut off); so do ``idle`` (no call for a while) and ``flush`` at commit time. Each extra
-choice of an ``n > 1`` call starts its own branch of the conversation.
+episode is. Messages match with their tool-call ids. An answer the client did not receive whole
+(``unseen``) never enters the conversation. A request equal to an earlier one (messages and
+seed) is a retry of it when that answer was not seen, or within one session (``_superseded``);
+without a session it is another agent asking the same. An answer with no tool calls closes the
+episode (``final``, or ``length`` when it was cut off); so do ``idle`` (no call for a while),
+``flush`` at commit time and ``unseen`` (the last answer never delivered). Each extra choice of
+an ``n > 1`` call starts its own branch of the conversation.
 
 Decision points, in each episode's metadata: ``tool_call`` (names), ``tool_error`` (a result that
 reads as an error), ``correction`` (a call of the same tool after its error), ``retry``,
-``upstream_error``, ``user_message`` (a user turn after the first answer), ``malformed_tool_call``.
+``upstream_error``, ``unseen_answer``, ``user_message`` (a user turn after the first answer),
+``malformed_tool_call``.
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ def _canon_args(args: Any) -> Any:
 
 
 def message_key(m: Any) -> bytes:
-    """What must match for two copies of a message to be the same turn (ids, nulls vs empty
-    strings and argument spacing aside)."""
+    """What must match for two copies of a message to be the same turn: role, text, calls with
+    their ids, the result's call id (nulls vs empty strings and argument spacing aside)."""
     if not isinstance(m, dict):
         return orjson.dumps(["?", str(m)])
     try:
@@ -61,10 +65,15 @@ def message_key(m: Any) -> bytes:
     except Exception:  # noqa: BLE001 - an odd content shape still gets a stable key
         content = orjson.dumps(m.get("content"), default=str).decode()
     calls = [
-        [name, _canon_args(args)]
-        for name, args in (_call_parts(c) for c in m.get("tool_calls") or [] if isinstance(c, dict))
+        [c.get("id"), name, _canon_args(args)]
+        for c, (name, args) in (
+            (c, _call_parts(c)) for c in m.get("tool_calls") or [] if isinstance(c, dict)
+        )
     ]
-    return orjson.dumps([m.get("role"), content, calls], option=orjson.OPT_SORT_KEYS, default=str)
+    # tool-call ids are the upstream's, unique per answer: two agents that asked the same
+    # question and got the same call continue apart
+    key = [m.get("role"), content, calls, m.get("tool_call_id")]
+    return orjson.dumps(key, option=orjson.OPT_SORT_KEYS, default=str)
 
 
 def _chain(prev: bytes, m: Any) -> bytes:
@@ -101,6 +110,27 @@ def request_messages(call: dict) -> list[dict] | None:
         except Exception:  # noqa: BLE001 - an unmappable request is an invalid episode, kept
             return None
     return [m if isinstance(m, dict) else {"role": None, "content": m} for m in req["messages"]]
+
+
+def unseen(call: dict) -> str | None:
+    """Why the call's answer did not reach the client whole, or None: the client went away or
+    the stream broke before its end (``client_disconnected``), or a stream that ended without
+    a finish reason (the upstream cut it)."""
+    if call.get("status") != 200:
+        return None  # an error, not an answer
+    if call.get("client_disconnected"):
+        return "client_disconnected"
+    if call.get("stream") and any(c.get("finish_reason") is None for c in response_choices(call)):
+        return "stream_cut"
+    return None
+
+
+def _retry_key(messages_key: bytes, call: dict) -> bytes:
+    """What an equal request must share to be a retry: the messages and the sampling seed
+    (K rollouts of one question with their own seeds are never retries of each other)."""
+    req = call.get("request") if isinstance(call.get("request"), dict) else {}
+    seed = req.get("seed")
+    return messages_key if seed is None else messages_key + b"/seed=" + str(seed).encode()
 
 
 def _message(m: dict) -> dict:
@@ -162,6 +192,8 @@ class Episode:
     continues: str | None = None  # the closed episode this conversation went on from
     branch_of: str | None = None  # for the extra choices of an n > 1 call
     last_error_tools: set = field(default_factory=set)
+    seen_last: bool = True  # the last call's answer reached the client whole
+    opening: bytes = b""  # the first request's messages (equal openings: see ``_superseded``)
     req_len: int = 0  # messages in the last request (a retry cuts back to it)
     req_key: bytes = b""  # the last request's messages: an equal request is a retry
     next_key: bytes = b""  # the conversation so far: a request starting with it continues
@@ -280,16 +312,12 @@ class Grouper:
             self.all.append(ep)
             return
         keys = prefix_keys(msgs)
-        choices = response_choices(call)
-        ep, start = None, 0
-        retry_of = None
+        rkey = _retry_key(keys[-1], call)
+        why_unseen = unseen(call)
+        choices = [] if why_unseen else response_choices(call)
         started = float(call.get("started_at") or 0)
-        # the same request again, sent after the earlier one ended: a retry (a copy sent while
-        # it was still running is a parallel sample: its own episode)
-        lst = [e for e in self.by_req.get((sess, keys[-1]), []) if started >= e.last_at]
-        if lst:  # the earlier answer (or error) is replaced
-            ep = lst[0]
-            self._unindex(ep)
+        ep, start = self._superseded(sess, rkey, started), 0
+        if ep is not None:  # the earlier answer (or error) is replaced
             start = len(msgs)
             ep.messages = ep.messages[: ep.req_len]
             if ep.turns:
@@ -310,43 +338,34 @@ class Grouper:
                     self._unindex(ep)
                     break
         if ep is None:
-            ep = Episode(_episode_id(call["request_id"], 0), sess, [])
+            ep = Episode(_episode_id(call["request_id"], 0), sess, [], opening=keys[-1])
             self._start(ep, call)
             for i in range(len(msgs), 0, -1):
                 prev = self.closed_next.get((sess, keys[i]))
                 if prev is not None:
                     ep.continues = prev.episode_id
                     break
-            retry_of = self.closed_req.get((sess, keys[-1]))
-            if retry_of is not None and started >= retry_of.last_at:
-                ep.decision_points.append(
-                    {
-                        "kind": "retry",
-                        "turn": 0,
-                        "request_id": call["request_id"],
-                        "replaces": retry_of.request_ids[-1],
-                    }
-                )
             self.all.append(ep)
         self._between(ep, msgs[start:], call)
         ep.req_len = len(ep.messages)
-        ep.req_key = keys[-1]
+        ep.req_key = rkey
         ep.request_ids.append(call["request_id"])
         if call.get("instance") not in ep.instances:
             ep.instances.append(call.get("instance"))
         ep.last_at = max(
             ep.last_at, float(call.get("started_at") or 0) + float(call.get("seconds") or 0)
         )
+        ep.seen_last = bool(choices)
         if not choices:
-            ep.turns.append(_turn(call, None))
-            ep.decision_points.append(
-                {
-                    "kind": "upstream_error",
-                    "turn": len(ep.turns) - 1,
-                    "request_id": call["request_id"],
-                    "status": call.get("status"),
-                }
-            )
+            turn = _turn(call, None)
+            point = {"turn": len(ep.turns), "request_id": call["request_id"]}
+            if why_unseen:  # kept as evidence, never as the client's conversation
+                turn["unseen"] = why_unseen
+                point |= {"kind": "unseen_answer", "reason": why_unseen}
+            else:
+                point |= {"kind": "upstream_error", "status": call.get("status")}
+            ep.turns.append(turn)
+            ep.decision_points.append(point)
             ep.next_key = b""
             self._index(ep)
             return
@@ -358,6 +377,25 @@ class Grouper:
             br.branch_of = ep.episode_id
             self._answer(br, ch, call, keys[-1])
             self.all.append(br)
+
+    def _superseded(self, sess: str | None, rkey: bytes, started: float) -> Episode | None:
+        """The episode whose last call this equal request (same messages and seed) re-sends,
+        taken out of the indexes, or None. Sent after that call ended (a copy sent while it ran
+        is a parallel sample): a retry, if that call's answer was not seen (an upstream error,
+        a cut stream, a client gone) or, within one ``X-Flow-Session``, whatever it was (a
+        regenerate; a closed episode reopens). Without a session an equal request after a seen
+        answer is another agent asking the same: its own episode."""
+        for ep in self.by_req.get((sess, rkey), []):
+            if started >= ep.last_at and (sess is not None or not ep.seen_last):
+                self._unindex(ep)
+                return ep
+        ep = self.closed_req.get((sess, rkey))
+        if ep is not None and sess is not None and started >= ep.last_at:
+            self.closed_next.pop((sess, ep.next_key), None)
+            del self.closed_req[(sess, rkey)]
+            ep.closed_by = None
+            return ep
+        return None
 
     def _start(self, ep: Episode, call: dict) -> None:
         req = call.get("request") if isinstance(call.get("request"), dict) else {}
@@ -424,7 +462,10 @@ class Grouper:
         for ep in self.all:
             if ep.closed_by is None and (flush or now - ep.last_at >= idle_seconds):
                 self._unindex(ep)
-                ep.closed_by = "flush" if flush and now - ep.last_at < idle_seconds else "idle"
+                if ep.turns and ep.turns[-1].get("unseen"):
+                    ep.closed_by = "unseen"  # it ends in an answer the client never had
+                else:
+                    ep.closed_by = "flush" if flush and now - ep.last_at < idle_seconds else "idle"
 
 
 def group(

@@ -242,7 +242,9 @@ class Recorder:
                 )
                 return resp
             up.release()
-            await self._store(record(up.status, parse_json(content)))  # durable, then answered
+            # a client that gave up (its timeout) while the upstream answered never sees it
+            gone = await request.is_disconnected()
+            await self._store(record(up.status, parse_json(content), client_disconnected=gone))
             return Response(content, up.status, _response_headers(up.headers, rid))
         return StreamingResponse(
             self._relay(up, kind, record, t0),

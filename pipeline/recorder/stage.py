@@ -48,6 +48,7 @@ class CommitResult:
     recovered_files: list[str] = field(default_factory=list)
     archived_segments: int = 0
     note: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -155,6 +156,16 @@ def commit(
         res.episodes_committed = len(closed)
         res.calls_committed = len(set(man["request_ids"]) - waiting)
         res.closed_by = Counter(e.closed_by for e in closed)
+        same = Counter(e.opening for e in closed if e.session is None and not e.branch_of)
+        shared = sum(n for n in same.values() if n > 1)
+        if shared:
+            res.warnings.append(
+                f"{shared} episodes without X-Flow-Session open with the same request as another: "
+                "kept apart as separate agents (their tool-call ids and seeds tell their calls "
+                "apart). Without a session a client that re-sends a request after an answer it "
+                "received cannot be told from another agent asking the same; send "
+                "X-Flow-Session (one per agent run) where that matters (docs/howto-record.md)"
+            )
         done |= set(man["request_ids"])
     elif not res.calls_read:
         res.note = f"nothing to commit: the log {folder} holds no calls"

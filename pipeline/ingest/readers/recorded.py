@@ -4,7 +4,8 @@ timing, model, sampling parameters, usage, token ids and log-probs when the upst
 them, decision points) kept in ``metadata.recorder``.
 
 An episode with no answered call (every call failed upstream, or the request had no
-conversation) is quarantined with the reason, so the counts of the commit still add up."""
+conversation), or one that ends in an answer the client never received whole (closed as
+``unseen``), is quarantined with the reason, so the counts of the commit still add up."""
 
 from __future__ import annotations
 
@@ -40,6 +41,17 @@ class RecordedReader(Reader):
 
     def parse(self, value: Any, ctx: Context) -> Iterable[Rec]:
         msgs = require(value, "messages", list)
+        if value.get("closed_by") == "unseen":
+            why = next(
+                (t.get("unseen") for t in reversed(value.get("turns") or []) if t.get("unseen")),
+                None,
+            )
+            raise RecordError(
+                Reason.ANSWER_NOT_SEEN,
+                f"recorded episode {value.get('episode_id')} ends in an answer the client never "
+                f"received whole ({why}) and no re-sent request replaced it: its log lines are "
+                "kept, it is not a trajectory",
+            )
         if not any(isinstance(m, dict) and m.get("role") == "assistant" for m in msgs):
             turns = value.get("turns") or []
             errors = sorted({str(t.get("status")) for t in turns if isinstance(t, dict)})

@@ -302,3 +302,31 @@ def test_the_client_wrapper_keeps_a_dropped_stream_out_of_the_trajectories(tmp_p
     res = commit(Lake(lake), CommitConfig(flush=True))
     assert res.closed_by == {"final": 1, "unseen": 1}, res
     assert res.ingest["accepted"] == 1 and res.ingest["reasons"] == {"answer_not_seen": 1}
+
+
+def test_a_request_re_sent_in_its_session_after_a_kill_9_replaces_the_first(tmp_path, upstream):
+    """kill -9 of the recorder between its log write and the response leaves a logged answer
+    the client may never have had; the client re-sends to the restarted recorder. In one
+    X-Flow-Session that re-sent request replaces the first answer: one trajectory."""
+    import os
+    import signal
+
+    from pipeline.lake import Lake
+    from pipeline.recorder.config import CommitConfig
+    from pipeline.recorder.stage import commit
+
+    session = {"X-Flow-Session": "agent-1"}
+    for attempt in range(2):
+        proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        try:
+            assert httpx.post(url, json=CHAT, headers=session).status_code == 200
+        finally:
+            if attempt == 0:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            else:
+                stop_group(proc)
+    res = commit(Lake(str(tmp_path / "lake")), CommitConfig(flush=True))
+    assert res.calls_committed == 2 and res.closed_by == {"final": 1}
+    assert res.ingest["accepted"] == 1

@@ -235,25 +235,11 @@ def test_a_web_page_or_a_foreign_host_cannot_post_trajectories(tmp_path, upstrea
         stop_group(proc)
 
 
-def test_sigterm_drains_exits_0_and_says_nothing_was_discarded(tmp_path, upstream):
-    """A recorder stopped with SIGTERM (systemd, docker stop) answered what it had and sealed
-    its log: it says so and exits 0, not "discarded; rerun" and 143 as a batch command would."""
-    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
-    try:
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT)
-        assert r.status_code == 200 and recorded(port) == 1
-    finally:
-        stop_group(proc)
-    said = (tmp_path / f"proxy-{port}.log").read_text()
-    assert proc.returncode == 0, said
-    assert "nothing was discarded" in said and "rerun to continue" not in said
-
-
 def test_answers_the_client_never_got_whole_are_not_trajectories(tmp_path, upstream):
     """Through the proxy: a client that timed out before the answer came, then re-sent its
     request; a client that dropped a stream after its first event. The log keeps both unseen
     answers; the re-sent request replaces the first; the dropped stream is quarantined, never
-    a `final` trajectory ending in "The "."""
+    a `final` trajectory ending in "The ". Then SIGTERM: the recorder drains and says so."""
     from pipeline.lake import Lake
     from pipeline.recorder.config import CommitConfig
     from pipeline.recorder.stage import commit
@@ -274,6 +260,10 @@ def test_answers_the_client_never_got_whole_are_not_trajectories(tmp_path, upstr
         assert recorded(port) == 2  # the acknowledged ones; the dropped stream is logged too
     finally:
         stop_group(proc)
+    # SIGTERM (systemd, docker stop): drained and sealed, said so, exit 0 (not "discarded", 143)
+    said = (tmp_path / f"proxy-{port}.log").read_text()
+    assert proc.returncode == 0, said
+    assert "nothing was discarded" in said and "rerun to continue" not in said
     res = commit(Lake(str(tmp_path / "lake")), CommitConfig(flush=True))
     assert res.calls_committed == 3 and res.closed_by == {"final": 1, "unseen": 1}
     assert res.ingest["accepted"] == 1 and res.ingest["reasons"] == {"answer_not_seen": 1}

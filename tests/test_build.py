@@ -30,7 +30,29 @@ def test_pyramid_within_two_points_of_30_50_20(built):
     assert rl["rows"] > 300 and not rl["short_bins"]
     for b, target in (("easy", 0.3), ("medium", 0.5), ("hard", 0.2)):
         assert abs(rl["pyramid"][b] - target) <= 0.02
-    assert set(rl["dropped"]) == {"all_correct", "all_wrong"}
+    assert set(rl["dropped"]) == {"all_correct", "all_wrong", "unverifiable_environment_outcome"}
+    assert rl["input_questions"] == sum(rl["dropped"].values()) + sum(rl["supply"].values())
+
+
+def test_rl_rows_are_only_those_an_exported_reward_can_verify(built):
+    """tau-bench's trials carry the environment's expected actions as ground truth: no exported
+    reward scores an honest answer against them (echoing the JSON would score 1), so they are
+    left out of RL with a reason; math rows stay, and compute_score verifies their answers."""
+    from pipeline.exports.rewards import compute_score
+
+    _, m, _, _ = built
+    assert m["rl"]["dropped"]["unverifiable_environment_outcome"] > 0
+    con = duckdb.connect()
+    rows = con.sql(
+        f"SELECT source, ground_truth, answer_type FROM read_parquet('{m['path']}/rl/*.parquet')"
+    ).fetchall()
+    assert rows and not any(
+        src == "tau_bench" or gt.lstrip().startswith("{") for src, gt, _ in rows
+    )
+    honest = [
+        compute_score(None, f"\\boxed{{{gt}}}", gt, {"answer_type": t}) for _, gt, t in rows[:50]
+    ]
+    assert sum(honest) >= 45, honest  # the exported reward verifies their own answers
 
 
 def test_manifest_counts_equal_duckdb_counts_and_sha256_verify(built):

@@ -156,3 +156,20 @@ def test_the_judges_scores_of_the_rollouts_are_labellings_extra_signal(labelled,
         assert b["judge_score"] == pytest.approx(sum(scored) / len(scored), abs=1e-4)
         if wrong:
             assert b["judge_score_wrong"] == pytest.approx(sum(wrong) / len(wrong), abs=1e-4)
+
+
+def test_a_limit_is_shared_among_the_named_pools(shared_dataset, tmp_path):
+    """`flow label --datasets a,b --limit N`: the N questions come in turns from each pool,
+    not the first N ids of whichever pool sorts first (the real mission's first run labelled
+    46 GSM8K questions and no nano one: no RL rows)."""
+    from pipeline.label import LabelConfig
+    from pipeline.label.stage import planned
+
+    lake, _ = shared_dataset
+    config = LabelConfig(
+        policy=str(tmp_path), limit=10, datasets=("math500", "gsm8k"), include_eval=True
+    )
+    todo, counts = planned(lake, config, revision="r0")
+    pools = [q["dataset"].split("/")[0] for q in todo]
+    assert len(todo) == 10 and pools.count("math500") == 5 and pools.count("gsm8k") == 5, pools
+    assert counts["questions"] > 500

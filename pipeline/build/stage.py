@@ -25,6 +25,7 @@ from pipeline.build.config import BuildConfig, check_name
 from pipeline.build.errors import BuildError
 from pipeline.build.select import entropy, select
 from pipeline.build.sft import keep_for_sft
+from pipeline.build.verifiable import verifiable
 from pipeline.diversity.behaviour import features
 from pipeline.diversity.features import write_question_features
 from pipeline.lake import PARQUET_OPTIONS, Lake
@@ -179,7 +180,10 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         revision = f"AND revision = {sql_string(config.label_revision)}"
     write_question_features(lake)  # the feature store the selection's diversity is measured on
     items = query(lake, RL_ITEMS.format(source=source, revision=revision)).to_pylist()
+    items, unverifiable = verifiable(items)
     sel = select(items, config.select)
+    sel.report["input_questions"] += sum(unverifiable.values())
+    sel.report["dropped"] |= dict(unverifiable)
     rl_rows = [{k: r.get(k) for k in RL_ROWS.names} for r in sel.rows]
 
     sft_rows, sft_dropped = select_sft(lake, config)

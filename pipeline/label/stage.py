@@ -124,8 +124,25 @@ def planned(
     todo = [q for q in qs if q["question_id"] not in done]
     already = len(done & {q["question_id"] for q in qs})
     if config.limit is not None:  # at most `limit` questions labelled for this policy and config
-        todo = todo[: max(0, config.limit - already)]
+        todo = shared_fairly(todo, config.datasets)[: max(0, config.limit - already)]
     return todo, {"questions": len(qs), "already_labelled": already}
+
+
+def shared_fairly(todo: list[dict], names: tuple[str, ...]) -> list[dict]:
+    """The questions in turns across the named pools (one of each in the order given, then
+    again), so a limit is shared among them: in question-id order alone a limit of 48 over
+    GSM8K, MATH-500 and the nano pool took 46 GSM8K and 2 MATH-500 questions (all 0/8 for the
+    real mission's SFT policy) and no nano one, and the build had no RL rows."""
+    if len(names) < 2:
+        return todo
+    queues = [[q for q in todo if in_datasets(q["pools"] or [], (n,))] for n in names]
+    out, seen = [], set()
+    for turn in range(max(map(len, queues), default=0)):
+        for queue in queues:
+            if turn < len(queue) and queue[turn]["question_id"] not in seen:
+                seen.add(queue[turn]["question_id"])
+                out.append(queue[turn])
+    return out
 
 
 def in_datasets(pools: list[str], names: tuple[str, ...]) -> bool:

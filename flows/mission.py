@@ -159,7 +159,7 @@ class MissionConfig:
             k=8,
             max_tokens=160,
             label_datasets=("nano_arith", "gsm8k/train", "math500"),
-            label_limit=48,
+            label_limit=96,  # shared in turns by nano, GSM8K train and MATH-500: 32 each
             train_steps=8,
             prompts_per_step=4,
             group_size=8,

@@ -112,15 +112,16 @@ def request_messages(call: dict) -> list[dict] | None:
     return [m if isinstance(m, dict) else {"role": None, "content": m} for m in req["messages"]]
 
 
-def unseen(call: dict) -> str | None:
-    """Why the call's answer did not reach the client whole, or None: the client went away or
-    the stream broke before its end (``client_disconnected``), or a stream that ended without
-    a finish reason (the upstream cut it)."""
+def unseen(call: dict, choices: list[dict]) -> str | None:
+    """Why the call's answer (``choices``: its ``response_choices``) did not reach the client
+    whole, or None: the client went away or the stream broke before its end
+    (``client_disconnected``), or a stream that ended without a finish reason (the upstream
+    cut it)."""
     if call.get("status") != 200:
         return None  # an error, not an answer
     if call.get("client_disconnected"):
         return "client_disconnected"
-    if call.get("stream") and any(c.get("finish_reason") is None for c in response_choices(call)):
+    if call.get("stream") and any(c.get("finish_reason") is None for c in choices):
         return "stream_cut"
     return None
 
@@ -313,8 +314,9 @@ class Grouper:
             return
         keys = prefix_keys(msgs)
         rkey = _retry_key(keys[-1], call)
-        why_unseen = unseen(call)
-        choices = [] if why_unseen else response_choices(call)
+        choices = response_choices(call)
+        why_unseen = unseen(call, choices)
+        choices = [] if why_unseen else choices
         started = float(call.get("started_at") or 0)
         ep, start = self._superseded(sess, rkey, started), 0
         if ep is not None:  # the earlier answer (or error) is replaced

@@ -37,6 +37,7 @@ class Upstream:
     def __init__(self) -> None:
         seen = self.seen = []
         self.delay = 0.0  # seconds before each answer
+        self.pad = 0  # characters added to each plain answer's content (a long answer)
         up = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,7 +48,9 @@ class Upstream:
                 time.sleep(up.delay)
                 if req.get("stream"):
                     return self._stream()
-                body = json.dumps(ANSWER).encode()
+                answer = json.loads(json.dumps(ANSWER))
+                answer["choices"][0]["message"]["content"] += "." * up.pad
+                body = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -320,3 +323,73 @@ def test_a_request_re_sent_in_its_session_after_a_kill_9_replaces_the_first(tmp_
     res = commit(Lake(str(tmp_path / "lake")), CommitConfig(flush=True))
     assert res.calls_committed == 2 and res.closed_by == {"final": 1}
     assert res.ingest["accepted"] == 1
+
+
+def test_an_answer_the_recorder_died_before_sending_is_replaced_by_the_re_sent_request(
+    tmp_path, upstream
+):
+    """kill -9 after the call's log write, before its response reached the client (here the
+    client reads nothing of a 16 MB answer, so the recorder waits on the connection): the call
+    has no delivery line, so its answer is one the client never saw. While the recorder lives a
+    commit keeps it open (in flight); after the kill the restarted recorder marks it unseen,
+    and the client's re-sent request replaces it, without any session header: one trajectory,
+    not a second agent."""
+    import os
+    import signal
+
+    from pipeline.lake import Lake
+    from pipeline.recorder.config import CommitConfig
+    from pipeline.recorder.stage import commit
+    from pipeline.recorder.wal import read_log
+
+    lake, wal = Lake(str(tmp_path / "lake")), str(tmp_path / "lake" / "recorder" / "wal")
+    upstream.pad = 16 << 20
+    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+    body = json.dumps(CHAT).encode()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # reads nothing: a full pipe
+    try:
+        client.connect(("127.0.0.1", port))
+        client.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        deadline = time.monotonic() + 60
+        while recorded(port) < 1:  # durable in the log, the response on its way
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(1.0)
+        [call] = read_log(wal).records
+        assert call["delivery"] == "in_flight"
+        res = commit(lake, CommitConfig(flush=True))  # even --flush leaves it open
+        assert res.episodes_committed == 0 and res.calls_open == 1, res
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        got = b""
+        client.settimeout(10)
+        while chunk := client.recv(1 << 20):
+            got += chunk
+        assert len(got) < upstream.pad  # the client never had the whole answer
+    finally:
+        client.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    [call] = read_log(wal).records
+    assert call["delivery"] == "lost"
+
+    upstream.pad = 0
+    proc, port = start_proxy(tmp_path, f"http://127.0.0.1:{upstream.port}/v1")
+    try:
+        retry = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=CHAT)
+        assert retry.status_code == 200
+    finally:
+        stop_group(proc)
+    started = (tmp_path / f"proxy-{port}.log").read_text()
+    assert "1 answer(s) the last run logged but died before sending are marked unseen" in started
+    res = commit(lake, CommitConfig(flush=True))
+    assert res.calls_committed == 2 and res.closed_by == {"final": 1}, res
+    assert res.ingest["accepted"] == 1
+    [row] = [json.loads(line) for line in Path(res.episode_file).read_text().splitlines()]
+    assert [t.get("unseen") for t in row["turns"]] == ["not_delivered", None]
+    assert row["messages"][-1]["content"] == "4"

@@ -50,6 +50,12 @@ def record(config: RecorderConfig, lake: LakeOpt = None) -> None:
     earlier = (
         f"; {log.recovered} call(s) from earlier runs are in the log"
         + (f" ({log.torn_bytes} bytes of a torn last line cut)" if log.torn_bytes else "")
+        + (
+            f"; {log.lost} answer(s) the last run logged but died before sending are marked "
+            "unseen (a client's re-sent request replaces them)"
+            if log.lost
+            else ""
+        )
         if log.recovered or log.torn_bytes
         else ""
     )

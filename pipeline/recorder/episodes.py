@@ -115,12 +115,16 @@ def request_messages(call: dict) -> list[dict] | None:
 def unseen(call: dict, choices: list[dict]) -> str | None:
     """Why the call's answer (``choices``: its ``response_choices``) did not reach the client
     whole, or None: the client went away or the stream broke before its end
-    (``client_disconnected``), or a stream that ended without a finish reason (the upstream
-    cut it)."""
+    (``client_disconnected``), the recorder died before handing it over (``not_delivered``: its
+    delivery line never came), or a stream that ended without a finish reason (the upstream
+    cut it). An answer still being handed over (``in_flight``) counts as seen; the commit
+    keeps its episode open until its delivery line settles it."""
     if call.get("status") != 200:
         return None  # an error, not an answer
-    if call.get("client_disconnected"):
+    if call.get("client_disconnected") or call.get("delivery") == "unseen":
         return "client_disconnected"
+    if call.get("delivery") == "lost":
+        return "not_delivered"  # the recorder died between its log write and the response
     if call.get("stream") and any(c.get("finish_reason") is None for c in choices):
         return "stream_cut"
     return None

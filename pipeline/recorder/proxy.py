@@ -5,7 +5,10 @@ ones and the recorder's own ``X-Flow-*``). Chat completions (``/v1/chat/completi
 Anthropic messages (``/v1/messages``) are recorded: a plain response is returned only after its
 call is durable in the log; a stream is passed through event by event as it arrives and only its
 closing event (``data: [DONE]`` / ``message_stop``) waits for the log. So a client that saw a
-complete answer has an acknowledged call, and an acknowledged call survives kill -9.
+complete answer has an acknowledged call, and an acknowledged call survives kill -9. Once the
+whole response is handed to the client's connection (the connection drained, the client still
+there), a delivery line follows in the log; a call whose line never comes (kill -9 between the log
+write and the response) is not an answer the client saw (``wal.py``, ``episodes.unseen``).
 
 The proxy is a door into the lake, so it is strict about what comes in: paths with dot segments
 (also percent-encoded) or encoded slashes are refused, never normalised into another upstream
@@ -70,6 +73,30 @@ def _response_headers(headers: Any, request_id: str | None) -> dict[str, str]:
     if request_id:
         out[REQUEST_ID_HEADER] = request_id
     return out
+
+
+class DeliveredResponse(Response):
+    """A recorded call's answer whose delivery is logged: the body goes out, the connection is
+    drained (uvicorn waits for its buffer to empty before the next send), and whether the client
+    was still there then is passed to ``delivered``."""
+
+    def __init__(self, content: bytes, status: int, headers: dict, delivered: Any) -> None:
+        super().__init__(content, status, headers)
+        self.delivered = delivered
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        seen = False
+        try:
+            await send(
+                {"type": "http.response.start", "status": self.status_code,
+                 "headers": self.raw_headers}
+            )  # fmt: skip
+            await send({"type": "http.response.body", "body": self.body, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": True})  # drained
+            seen = not await Request(scope, receive).is_disconnected()
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            self.delivered(seen)
 
 
 def _refuse(status: int, kind: str, message: str) -> JSONResponse:
@@ -173,6 +200,11 @@ class Recorder:
         await self.wal.append_async(rec)
         self.recorded += 1
 
+    def _delivered(self, request_id: str, seen: bool) -> None:
+        """Log whether the client got the whole answer (not awaited: the client has it)."""
+        if not self.wal.closed:
+            self.wal.append({"delivery_of": request_id, "seen": seen})
+
     async def handle(self, request: Request) -> Response:
         refused = self._door(request)
         if refused is not None:
@@ -244,19 +276,28 @@ class Recorder:
             up.release()
             # a client that gave up (its timeout) while the upstream answered never sees it
             gone = await request.is_disconnected()
-            await self._store(record(up.status, parse_json(content), client_disconnected=gone))
-            return Response(content, up.status, _response_headers(up.headers, rid))
+            await self._store(
+                record(up.status, parse_json(content), client_disconnected=gone)
+                | ({} if gone else {"delivery": "pending"})
+            )
+            return DeliveredResponse(
+                content,
+                up.status,
+                _response_headers(up.headers, rid),
+                lambda seen: self._delivered(rid, seen),
+            )
         return StreamingResponse(
-            self._relay(up, kind, record, t0),
+            self._relay(up, kind, record, t0, rid),
             status_code=up.status,
             headers=_response_headers(up.headers, rid),
         )
 
-    async def _relay(self, up: aiohttp.ClientResponse, kind: str, record: Any, t0: float):
-        """The stream, chunk by chunk as whole events; the closing event once the call is durable."""
+    async def _relay(self, up: aiohttp.ClientResponse, kind: str, record: Any, t0: float, rid: str):
+        """The stream, chunk by chunk as whole events; the closing event once the call is durable,
+        and its delivery line once the client has been handed all of it (or went away)."""
         asm = StreamAssembler(kind)
         held: list[bytes] = []
-        done = False
+        done = whole = False
         try:
             async for chunk in up.content.iter_any():
                 events = asm.feed(chunk)
@@ -271,13 +312,18 @@ class Recorder:
             if asm.buf:
                 held.append(asm.buf)
             ttft = None if asm.first_event_at is None else asm.first_event_at - t0
-            await self._store(record(up.status, None, ttft=ttft, sse=asm.sse()))
+            await self._store(
+                record(up.status, None, ttft=ttft, sse=asm.sse()) | {"delivery": "pending"}
+            )
             done = True
             for event in held:
                 yield event
+            whole = True
         finally:
             up.release()
-            if not done:  # the client went away, or the upstream broke: kept, not acknowledged
+            if done:
+                self._delivered(rid, whole)
+            else:  # the client went away, or the upstream broke: kept, not acknowledged
                 self.failed += 1
                 self.wal.append(record(up.status, None, client_disconnected=True, sse=asm.sse()))
 

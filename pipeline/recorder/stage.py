@@ -135,7 +135,14 @@ def commit(
             eid = parent[eid]
         return eid
 
-    growing = {family(e.episode_id) for e in episodes if not e.closed_by}
+    # an answer still being handed to its client (the delivery line is not written yet) keeps
+    # its episode open: it may turn out unseen
+    in_flight = {r["request_id"] for r in todo if r.get("delivery") == "in_flight"}
+    growing = {
+        family(e.episode_id)
+        for e in episodes
+        if not e.closed_by or in_flight.intersection(e.request_ids)
+    }
     closed = [e for e in episodes if e.closed_by and family(e.episode_id) not in growing]
     res.episodes_open = len(episodes) - len(closed)
     waiting = {rid for e in episodes if e not in closed for rid in e.request_ids}
@@ -184,7 +191,7 @@ def commit(
 def _archive(log, done: set[str]) -> int:
     """Move sealed segments whose calls are all in the lake out of the way of later commits."""
     per_seg: dict[str, list[str]] = {}
-    for rid, seg in log.segment_of.items():
+    for rid, seg in [*log.segment_of.items(), *log.outcome_segment_of.items()]:
         per_seg.setdefault(seg, []).append(rid)
     moved = 0
     for seg in log.sealed:

@@ -7,6 +7,12 @@ resolves their futures; the proxy answers the client only after that. A crash ca
 a torn last line, which was never acknowledged: the next open truncates it (counted), and readers
 stop before it. The instance folder's ``.lock`` (an OS lock, released by the kernel on kill -9)
 says whether a live writer owns the last segment.
+
+Beside the calls, the proxy logs each answer's delivery (``{"delivery_of": <request id>, "seen":
+bool}``) once the whole response is handed to the client's connection, or the client is gone.
+The call line says it waits for one (``"delivery": "pending"``); ``read_log`` settles it: seen,
+unseen, ``in_flight`` (a live writer, no outcome yet) or ``lost`` (the writer died first: kill -9
+between the log write and the response).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -139,9 +145,15 @@ class WAL:
         os.write(self._lock_fd, f"pid {os.getpid()}\n".encode())
         self.recovered = self.torn_bytes = 0
         existing = segments(self.folder)
+        pending: dict[str, None] = {}
         for path in existing:
             self.torn_bytes += repair(path)
-            self.recovered += len(read_segment(path).records)
+            for r in read_segment(path).records:
+                self.recovered += "request_id" in r
+                if r.get("delivery") == "pending":
+                    pending[r["request_id"]] = None
+                elif isinstance(r.get("delivery_of"), str):
+                    pending.pop(r["delivery_of"], None)
         archived = segments(os.path.join(self.folder, DONE))  # numbers are never reused
         self._seq = max(int(os.path.basename(p)[:-6]) for p in [*existing, *archived, "0.jsonl"])
         self._fd = -1
@@ -151,6 +163,10 @@ class WAL:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._writer, name=f"wal-{instance}", daemon=True)
         self._thread.start()
+        # answers an earlier run logged but died before handing over (kill -9): never seen
+        self.lost = len(pending)
+        for rid in pending:
+            self.append({"delivery_of": rid, "seen": False, "writer_died": True})
 
     # ---- writing -----------------------------------------------------------------------------
     def _open_segment(self) -> None:
@@ -250,6 +266,22 @@ class LogState:
     torn_bytes: int
     corrupt_lines: int
     segment_of: dict[str, str]  # request_id -> segment path
+    outcome_segment_of: dict[str, str] = field(default_factory=dict)  # delivery lines' segments
+
+
+def settle_delivery(records: list[dict], outcomes: dict[str, str], live: set[str]) -> None:
+    """Each call waiting for a delivery line gets its outcome: the line's (``seen``, ``unseen``,
+    or ``lost`` where the next writer found none), ``in_flight`` when its instance's writer is
+    alive and has not written it yet, else ``lost`` (the writer died between the log write and
+    the response)."""
+    for rec in records:
+        if rec.get("delivery") != "pending":
+            continue
+        rid = rec["request_id"]
+        if rid in outcomes:
+            rec["delivery"] = outcomes[rid]
+        else:
+            rec["delivery"] = "in_flight" if rec.get("instance") in live else "lost"
 
 
 def read_log(wal: str) -> LogState:
@@ -259,8 +291,13 @@ def read_log(wal: str) -> LogState:
     sealed: list[str] = []
     torn = corrupt = 0
     seg_of: dict[str, str] = {}
+    outcomes: dict[str, str] = {}
+    outcome_seg: dict[str, str] = {}
+    live: set[str] = set()
     for folder in instances(wal):
         fd = _try_lock(folder)
+        if fd is None:
+            live.add(os.path.basename(folder))
         try:
             segs = segments(folder)
             for i, path in enumerate(segs):
@@ -273,6 +310,14 @@ def read_log(wal: str) -> LogState:
                     torn += r.torn_bytes
                 corrupt += r.corrupt_lines
                 for rec in r.records:
+                    if isinstance(rec.get("delivery_of"), str):
+                        outcomes[rec["delivery_of"]] = (
+                            "lost"
+                            if rec.get("writer_died")
+                            else ("seen" if rec.get("seen") else "unseen")
+                        )
+                        outcome_seg.setdefault(rec["delivery_of"], path)
+                        continue
                     rid = rec.get("request_id")
                     if isinstance(rid, str) and rid not in seg_of:
                         seg_of[rid] = path
@@ -280,4 +325,5 @@ def read_log(wal: str) -> LogState:
         finally:
             if fd is not None:
                 os.close(fd)
-    return LogState(records, sealed, torn, corrupt, seg_of)
+    settle_delivery(records, outcomes, live)
+    return LogState(records, sealed, torn, corrupt, seg_of, outcome_seg)

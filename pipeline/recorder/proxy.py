@@ -201,9 +201,10 @@ class Recorder:
         self.recorded += 1
 
     def _delivered(self, request_id: str, seen: bool) -> None:
-        """Log whether the client got the whole answer (not awaited: the client has it)."""
+        """Log whether the client got the whole answer (not awaited: the client has it; not
+        flushed on its own: a power cut losing it only makes the answer count as unseen)."""
         if not self.wal.closed:
-            self.wal.append({"delivery_of": request_id, "seen": seen})
+            self.wal.append({"delivery_of": request_id, "seen": seen}, sync=False)
 
     async def handle(self, request: Request) -> Response:
         refused = self._door(request)

@@ -198,7 +198,7 @@ class WAL:
                     break
                 batch.append(nxt)
             try:
-                data = b"".join(line for line, _ in batch)
+                data = b"".join(line for line, _, _ in batch)
                 if self._size and self._size + len(data) > self.segment_bytes:
                     self._open_segment()
                 view = memoryview(data)
@@ -206,7 +206,7 @@ class WAL:
                     while view:
                         n = os.write(self._fd, view)
                         view = view[n:]
-                    if self.fsync:
+                    if self.fsync and any(sync for _, _, sync in batch):
                         os.fsync(self._fd)
                 except OSError:
                     # a short write (disk full) must not leave a fragment for the next batch to
@@ -216,21 +216,23 @@ class WAL:
                     raise
                 self._size += len(data)
                 self.appended += len(batch)
-                for _, fut in batch:
+                for _, fut, _ in batch:
                     fut.set_result(None)
             except BaseException as e:  # noqa: BLE001 - every waiting call learns it was not stored
-                for _, fut in batch:
+                for _, fut, _ in batch:
                     if not fut.done():
                         fut.set_exception(e)
 
-    def append(self, record: dict) -> Future:
-        """Queue one record; the future resolves when it is durable (raises if it cannot be)."""
+    def append(self, record: dict, sync: bool = True) -> Future:
+        """Queue one record; the future resolves when it is durable (raises if it cannot be).
+        ``sync=False``: written, not flushed on its own (it survives kill -9, not a power cut;
+        the next synced batch flushes it)."""
         fut: Future = Future()
         fut.set_running_or_notify_cancel()  # an awaiting task's cancel cannot cancel the write
         if self._fd < 0:
             fut.set_exception(RuntimeError("the recorder log is closed"))
             return fut
-        self._queue.put((orjson.dumps(record) + b"\n", fut))
+        self._queue.put((orjson.dumps(record) + b"\n", fut, sync))
         return fut
 
     async def append_async(self, record: dict) -> None:

@@ -49,7 +49,7 @@ def markdown(result: DedupResult) -> str:
         "",
         "| scope | in | kept | exact duplicates | near duplicates |",
         "|---|---|---|---|---|",
-        f"| questions (distinct ids) | {c['questions_distinct']} | {c['questions_kept']} | {c['question_rows'] - c['questions_distinct']} rows share an id | {c['questions_near_duplicates']} |",
+        f"| questions (rows) | {c['question_rows']} | {c['questions_kept']} | {c['question_rows'] - c['questions_distinct']} (rows sharing an id) | {c['questions_near_duplicates']} |",
         f"| trajectories | {c.get('trajectory_rows', 0)} | {c.get('trajectories_kept', 0)} | {c.get('trajectory_exact_duplicates', 0)} | {c.get('trajectory_near_duplicates', 0)} |",
         "",
         f"Evaluation sets: {c['questions_in_eval_sets']} unique questions in an evaluation set, {c['questions_contaminated']} training questions near-duplicate one; {c['questions_train_eligible']} train-eligible.",

@@ -111,8 +111,8 @@ def ingest_flow(
     lk = Lake(lake)
     config = config or IngestConfig()
     lk.remove_temp_files()
-    files = discover_files(paths)
-    skipped = skipped_files(paths)
+    files = discover_files(paths, config.exclude)
+    skipped = skipped_files(paths, config.exclude)
     report("start", {"files": len(files)})
     groups = [[(files[i].path, files[i].refused) for i in g] for g in partitions(files)]
     digests = [d for f in hash_task.map(groups) for d in f.result()]

@@ -31,6 +31,58 @@ def find_trajectory(lake: Lake, trajectory_id: str) -> dict | None:
     return rows[0] if rows else None
 
 
+def find_record(lake: Lake, record_id: str) -> tuple[str, dict] | None:
+    """(table, row) for a trajectory id, or a record id of a trajectory, a pool question or an
+    attempt (what a dataset's RL and SFT rows name as their lineage), by exact id or a unique
+    prefix (at least 6 characters)."""
+    row = find_trajectory(lake, record_id)
+    if row is not None:
+        return "trajectories", row
+    key = record_id.lower()
+    hits = [
+        (table, r)
+        for table in ("trajectories", "questions", "attempts")
+        for r in query(
+            lake,
+            f"SELECT * FROM {table} WHERE record_id LIKE '{key}%' ORDER BY record_id LIMIT 2",
+        ).to_pylist()
+    ]
+    if len({r["record_id"] for _, r in hits}) > 1:
+        raise ValueError(f"prefix {record_id!r} matches several records; give more characters")
+    return hits[0] if hits else None
+
+
+def render_record(table: str, row: dict, console: Console | None = None, max_chars: int = 2000):
+    """A trajectory as ``render``; a pool question or an attempt as its question, answer and
+    lineage."""
+    if table == "trajectories":
+        return render(row, console, max_chars)
+    console = console or Console()
+    kind = "question" if table == "questions" else "attempt"
+    where = clean(
+        f"{row['source']} ({row['source_format']}) {row['source_uri']}#{row['source_index']}"
+    )
+    extra = (
+        f"dataset {row.get('dataset')}/{row.get('split') or ''}  answer type {row.get('answer_type')}"
+        if kind == "question"
+        else f"policy {row.get('policy')}  attempt {row.get('attempt_index')}  score "
+        f"{row.get('score')}  correct {row.get('is_correct')}"
+    )
+    head = Text.assemble(
+        (f"{kind} ", "bold"), row["record_id"], "\n", ("source ", "bold"), where, "\n",
+        clean(extra),
+    )  # fmt: skip
+    console.print(Panel(head, title=kind, border_style="blue"))
+    console.print(Panel(Text(clean(_clip(row["question"], max_chars))), title="question"))
+    if kind == "attempt" and row.get("response") is not None:
+        console.print(Panel(Text(clean(_clip(row["response"], max_chars))), title="response"))
+    if row.get("tools"):
+        names = [t.get("function", {}).get("name") for t in orjson.loads(row["tools"])]
+        console.print(Text(clean("tools: " + ", ".join(map(str, names))), style="magenta"))
+    if row.get("ground_truth") is not None:
+        console.print(Text(clean(f"ground truth: {_clip(row['ground_truth'], 500)}"), style="bold"))
+
+
 def _clip(text: str | None, limit: int) -> str:
     if text is None:
         return ""

@@ -197,7 +197,8 @@ def test_a_bfcl_style_rl_run_labels_builds_trains_and_exports_for_trl(tiny_model
     from trl import GRPOConfig, GRPOTrainer
 
     from pipeline.build import BuildConfig, build
-    from pipeline.dedup import dedup
+    from pipeline.dedup import DedupConfig, dedup
+    from pipeline.dedup.config import DEFAULT_EVAL_SETS
     from pipeline.exports.rewards import trl_function_call_reward
     from pipeline.ingest import IngestConfig, ingest
     from pipeline.label import LabelConfig, label
@@ -214,7 +215,9 @@ def test_a_bfcl_style_rl_run_labels_builds_trains_and_exports_for_trl(tiny_model
     files = [str(folder / f"BFCL_v3_{c}.json") for c in ("simple", "irrelevance")]
     ingest(files, lake, IngestConfig(now=PINNED))
     validate(lake, ValidateConfig(data_docs=False, now=PINNED))
-    dedup(lake)
+    # BFCL is a well-known evaluation set, held out by default: this run trains on it (opted in)
+    res = dedup(lake, DedupConfig(eval_sets=tuple(s for s in DEFAULT_EVAL_SETS if s != "bfcl")))
+    assert any(w.startswith("CONTAMINATION") and "bfcl" in w for w in res.warnings)
     qs = query(
         lake,
         "SELECT question, ground_truth FROM unique_questions WHERE answer_type = 'function_calls'",

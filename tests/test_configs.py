@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from pipeline.build import BuildConfig, BuildError
+from pipeline.build.select import SelectConfig
 from pipeline.dedup import DedupConfig, DedupError
 from pipeline.ingest import IngestConfig, IngestError
 from pipeline.label import LabelError, label
@@ -30,6 +31,7 @@ runner = CliRunner()
         (lambda: ValidateConfig(chunk_rows=0), ValidateError, "chunk_rows"),
         (lambda: IngestConfig(max_records_per_file=0), IngestError, "max_records_per_file"),
         (lambda: BuildConfig(name="../escape"), BuildError, "dataset name"),
+        (lambda: SelectConfig(size=0), ValueError, "size must be at least 1"),
     ],
 )
 def test_a_bad_option_is_refused_by_its_config_with_its_name(make, error, option):

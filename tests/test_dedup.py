@@ -283,3 +283,111 @@ def test_connected_components_equal_union_find():
     for a, b in pairs:
         uf.union(int(a), int(b))
     assert np.array_equal(uf.labels(), clusters(500, pairs))
+
+
+def test_well_known_evaluation_items_are_caught_by_path_and_content(tmp_path, shared):
+    """ToRA's outputs on GSM8K test come in as trajectories under `gsm8k/test_*.jsonl`, with no
+    dataset name: with only a user's own evaluation set registered they used to be
+    train-eligible. They are recognised by path, a copy under a neutral path by content (the
+    packaged question-id lists), and kept out with a loud warning; GSM8K train stays eligible.
+    A user who leaves GSM8K test out of the evaluation sets trains on them, told so."""
+    from pipeline.lake.eval_sets import register
+
+    tora = "tora/src/outputs/llm-agents/tora-70b-v1.0/gsm8k/test_tora_-1_seed0_t0.0_s0_e1319.jsonl"
+    lines = (shared / tora).read_text().splitlines()
+    write(tmp_path / "in" / tora, "\n".join(lines[:6]) + "\n")  # by path (and content)
+    write(tmp_path / "in/runs/run7.jsonl", "\n".join(lines[6:10]) + "\n")  # by content only
+    train = [json.loads(x)["question"] for x in (shared / "questions/gsm8k/train.jsonl").open()]
+    make_pool(tmp_path, "mine", ["How many legs do 3 spiders and 2 ants have altogether?"])
+    write(
+        tmp_path / "in/questions/gsm8k/train.jsonl",
+        "".join(json.dumps({"question": q, "answer": "#### 1"}) + "\n" for q in train[:3]),
+    )
+    lake = Lake(str(tmp_path / "lake"))
+    ingest([str(tmp_path / "in")], lake, IngestConfig(now=PINNED))
+    register(lake, ["mine/train"])  # the user's own evaluation set, as in the report
+    validate(lake, ValidateConfig(data_docs=False, now=PINNED))
+
+    def eligible(sql_where: str) -> list[tuple]:
+        return [
+            (r["train_eligible"], tuple(r["contaminated_by"]))
+            for r in query(
+                lake,
+                f"SELECT u.train_eligible, u.contaminated_by FROM unique_questions u WHERE {sql_where}",
+            ).to_pylist()
+        ]
+
+    tora_q = "list_contains(sources, 'tora')"
+    res = dedup(lake)
+    assert eligible(tora_q) == [(False, ("gsm8k/test",))] * 6
+    assert eligible("list_contains(sources, 'runs')") == [(False, ("gsm8k/test",))] * 4
+    assert eligible("datasets = ['gsm8k/train']") == [(True, ())] * 3
+    assert res.counts["questions_recognised_as_eval"] == 10
+    [warn] = [w for w in res.warnings if "well-known evaluation sets" in w]
+    assert "gsm8k/test 10 (by content 10)" in warn and "kept out of training" in warn
+
+    opted = dedup(lake, DedupConfig(eval_sets=("math500",)))  # + the registered mine/train
+    assert eligible(tora_q) == [(True, ())] * 6
+    [loud] = [w for w in opted.warnings if w.startswith("CONTAMINATION")]
+    assert "10 train-eligible questions" in loud and "gsm8k/test 10" in loud
+
+
+def test_the_packaged_lists_hold_every_question_of_their_sets(shared):
+    """Each packaged list equals the question ids of its set's file in the shared data (the
+    same normalisation ingest uses), and paths name their sets, not their train splits."""
+    from pipeline.dedup import known_evals
+    from pipeline.lake.ids import question_id
+
+    for name, rel in known_evals.LISTS.items():
+        rows = [json.loads(x) for x in (shared / "questions" / rel).open()]
+        assert all(
+            name in known_evals.by_content(question_id(r.get("question") or r.get("problem")))
+            for r in rows
+        ), name
+    train = [json.loads(x)["question"] for x in (shared / "questions/gsm8k/train.jsonl").open()]
+    assert not any(known_evals.by_content(question_id(q)) for q in train)
+    assert known_evals.by_path("questions/gsm8k/test.jsonl") == {"gsm8k/test"}
+    assert known_evals.by_path("questions/gsm8k/train.jsonl") == set()
+    assert known_evals.by_path("data/AIME_2025/problems.parquet") == {"aime2025"}
+    assert known_evals.by_path("tau_bench/historical_trajectories/gpt-4o-airline.json") == {
+        "tau_bench/test"
+    }
+    assert known_evals.by_path("tau_bench/few_shot_data/MockRetailDomainEnv.jsonl") == set()
+    assert known_evals.by_dataset("bfcl_simple") == {"bfcl"}
+
+
+def test_answers_of_attempts_and_trajectories_keep_their_type(tmp_path, shared):
+    """Only question pools carry an answer type; a multiple-choice trajectory's "B" was judged
+    as math, so "The correct option is (B)." scored 0 in the exported reward. Untyped ground
+    truths now get their type from the answer itself (a letter, a number), an environment
+    outcome (tau-bench's expected actions) none."""
+    from pipeline.exports.rewards import compute_score
+
+    q = "Which planet is known as the red planet? (A) Venus (B) Mars (C) Jupiter (D) Saturn"
+    traj = {
+        "messages": [
+            {"role": "user", "content": q},
+            {"role": "assistant", "content": "The correct option is (B)."},
+        ],
+        "ground_truth": "B",
+        "is_correct": True,
+    }
+    write(tmp_path / "in/mcq/run.jsonl", json.dumps(traj) + "\n")
+    shutil.copytree(shared / "tau_bench/historical_trajectories", tmp_path / "in/tau")
+    lake = Lake(str(tmp_path / "lake"))
+    run(lake, [str(tmp_path / "in")])
+    types = {
+        r["source"]: r["t"]
+        for r in query(
+            lake,
+            "SELECT sources[1] AS source, list(DISTINCT answer_type) AS t FROM unique_questions GROUP BY 1",
+        ).to_pylist()
+    }
+    assert types == {"mcq": ["letter"], "tau": [None]}
+    [row] = query(
+        lake, "SELECT ground_truth, answer_type FROM unique_questions WHERE sources = ['mcq']"
+    ).to_pylist()
+    info = {"answer_type": row["answer_type"]}
+    assert compute_score(None, "The correct option is (B).", row["ground_truth"], info) == 1.0
+    assert compute_score(None, "So the answer is \\boxed{B}.", row["ground_truth"], info) == 1.0
+    assert compute_score(None, "The correct option is (C).", row["ground_truth"], info) == 0.0

@@ -439,6 +439,50 @@ def test_rl_rows_carry_the_representatives_lineage(demo):
         assert found[r["record_id"]]["source_uri"] == r["source_uri"]
 
 
+def test_every_dataset_row_opens_with_flow_show(demo):
+    """`flow show RECORD_ID` opens what a dataset row names: an RL row's pool question or
+    attempt, an SFT row's trajectory (it matched trajectory ids only, so every RL row failed)."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    lake, m, _ = demo
+    rl = _sql(f"SELECT record_id, question FROM '{m['path']}/rl/*.parquet' LIMIT 1")[0]
+    sft = _sql(f"SELECT record_id FROM '{m['path']}/sft/*.parquet' LIMIT 1")[0]
+    attempt = query(lake, "SELECT record_id, response FROM attempts LIMIT 1").to_pylist()[0]
+    runner = CliRunner()
+
+    def show(rid: str) -> str:
+        res = runner.invoke(app, ["show", rid, "--lake", lake.root, "--max-chars", "100000"])
+        assert res.exit_code == 0, res.output
+        return " ".join(res.output.split())
+
+    assert rl["question"].split()[0] in show(rl["record_id"])
+    assert "trajectory" in show(sft["record_id"])
+    out = show(attempt["record_id"][:12])  # a prefix
+    assert "attempt" in out and "response" in out
+    res = runner.invoke(app, ["show", "0123456789abcdef", "--lake", lake.root])
+    assert res.exit_code == 1 and "no trajectory or record" in res.output
+
+
+def test_flow_query_reads_the_published_datasets_and_says_what_else_it_cannot(demo, tmp_path):
+    """A dataset's shards are in the lake: `flow query` reads them (it refused with a bare
+    "file system operations are disabled"); a file elsewhere is refused with what to do."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    lake, m, _ = demo
+    runner = CliRunner()
+    sql = f"SELECT count(*) AS n FROM read_parquet('{m['path']}/rl/*.parquet')"
+    res = runner.invoke(app, ["query", sql, "--lake", lake.root, "--format", "json"])
+    assert res.exit_code == 0 and json.loads(res.stdout) == [{"n": m["rl"]["rows"]}], res.output
+    elsewhere = tmp_path / "x.parquet"
+    elsewhere.write_bytes((Path(m["path"]) / "rl/part-00000.parquet").read_bytes())
+    res = runner.invoke(app, ["query", f"SELECT * FROM '{elsewhere}'", "--lake", lake.root])
+    assert res.exit_code == 1 and "published datasets only" in " ".join(res.output.split())
+
+
 def test_an_empty_split_keeps_its_columns(demo):
     lake, _, _ = demo
     m = build(lake, BuildConfig(name="empty-sft", sft=SFTConfig(patterns=("no-such-pattern",))))
@@ -455,5 +499,28 @@ def test_an_empty_split_keeps_its_columns(demo):
         ).fetchone()[0]
         > 0
     )
-    assert (Path(base) / "exports/trl_sft.jsonl").read_bytes() == b""
-    assert json.loads((Path(base) / "exports/llamafactory_sharegpt.json").read_text()) == []
+    # an empty file fails in every framework (datasets: "BatchSize must be greater than 0",
+    # TRL: StopIteration, LLaMA-Factory on []): the empty split's exports are not written, and
+    # the manifest and the build's warnings say why
+    for name in ("trl_sft.jsonl", "llamafactory_sharegpt.json", "dataset_info.json"):
+        assert not (Path(base) / "exports" / name).exists()
+        assert m["exports_not_written"][f"exports/{name}"] == "the sft split has no rows"
+    assert any(w.startswith("the sft split is empty") for w in m["warnings"])
+    manifest = json.loads((Path(base) / "manifest.json").read_text())
+    assert set(manifest["exports_not_written"]) == {
+        "exports/trl_sft.jsonl",
+        "exports/llamafactory_sharegpt.json",
+        "exports/dataset_info.json",
+    }
+    from datasets import load_dataset  # the other split's exports load as ever
+
+    assert len(load_dataset("parquet", data_files=f"{base}/exports/trl_grpo.parquet")["train"])
+
+
+def test_a_size_of_zero_is_refused_before_anything_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    res = CliRunner().invoke(app, ["build", "--size", "0", "--lake", str(tmp_path / "lake")])
+    assert res.exit_code == 2 and "size must be at least 1" in res.output, res.output

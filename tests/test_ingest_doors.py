@@ -120,6 +120,27 @@ def test_archives_and_other_skipped_files_are_reported(tmp_path):
     assert "2 file(s) skipped" in text and ".tar.gz archive 1" in text and ".zip archive 1" in text
 
 
+def test_subfolders_can_be_excluded_and_are_reported_as_skipped(tmp_path, shared):
+    """ToRA's repository holds its GSM8K test outputs beside its training examples: `--exclude
+    gsm8k` leaves that folder out (any folder named so, at any depth), counted as skipped; the
+    source is the first folder under the given one."""
+    res = ingest(
+        [str(shared / "tora")], Lake(str(tmp_path / "lake")), IngestConfig(exclude=("gsm8k",))
+    )
+    assert [Path(f.path).name for f in res.files] == ["examples.jsonl"]
+    assert {f.source for f in res.files} == {"data"}
+    assert sum("/gsm8k/" in p for p in res.skipped) == 4  # 2 outputs + their 2 .metrics
+    out = runner.invoke(
+        app,
+        ["ingest", str(shared / "tora"), "--lake", str(tmp_path / "lake2"),
+         "--exclude", "*/gsm8k/*", "--exclude", "*.metrics"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    got = query(Lake(str(tmp_path / "lake2")), "SELECT DISTINCT source_uri FROM trajectories")
+    assert [Path(u).name for u in got.column("source_uri").to_pylist()] == ["examples.jsonl"]
+    assert "4 file(s) skipped" in " ".join(out.output.split())
+
+
 def test_a_tiny_gzip_of_millions_of_bad_lines_is_capped_with_a_reason(tmp_path):
     src = tmp_path / "in" / "bomb.jsonl.gz"
     src.parent.mkdir()

@@ -326,3 +326,42 @@ def test_ingest_registers_an_evaluation_set_for_every_later_dedup(tmp_path):
         "FROM unique_questions WHERE list_contains(datasets, 'demo_math/train')",
     ).to_pylist()[0]
     assert pool["n"] > 0 and pool["held"] == pool["n"]
+
+
+def test_dedup_summary_adds_up_and_says_what_it_held_out(tmp_path, shared):
+    """`flow dedup`'s table: in = kept + exact + near for questions (160 tau-bench trials of 40
+    tasks: 120 rows share an id), as for trajectories; tau-bench's airline tasks are its test
+    tasks, recognised by path and said in a warning."""
+    import re
+
+    lake = str(tmp_path / "lake")
+    src = shared / "tau_bench/historical_trajectories"
+    assert runner.invoke(app, ["ingest", str(src), "--lake", lake]).exit_code == 0
+    assert runner.invoke(app, ["validate", "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["dedup", "--lake", lake])
+    assert res.exit_code == 0, res.output
+    got = {}
+    for scope in ("questions (rows)", "trajectories"):
+        line = next(x for x in res.output.splitlines() if scope in x)
+        got[scope] = tuple(map(int, re.findall(r"\d+", line.split(scope)[1])))
+        n_in, kept, exact, near = got[scope]
+        assert n_in == kept + exact + near > 0, line
+    assert got["questions (rows)"][:3] == (320, 40, 280)  # 160 trials, each also an attempt
+    assert "items of well-known evaluation sets: tau_bench/test 40 (by path 40)" in " ".join(
+        res.output.split()
+    )
+
+
+def test_csv_lines_end_in_a_newline_not_crlf(tmp_path, shared):
+    from pipeline.ingest import IngestConfig, ingest
+
+    lake = str(tmp_path / "lake")
+    ingest([str(shared / "questions/aime2024")], Lake(lake), IngestConfig())
+    sql = "SELECT dataset, count(*) AS n FROM questions GROUP BY 1"
+    res = runner.invoke(app, ["query", sql, "--lake", lake, "--format", "csv"])
+    assert res.exit_code == 0 and res.stdout == "dataset,n\naime2024,30\n", repr(res.stdout)
+    out = tmp_path / "q.csv"
+    res = runner.invoke(app, ["query", sql, "--lake", lake, "--format", "csv", "--out", str(out)])
+    assert (
+        res.exit_code == 0 and b"\r" not in out.read_bytes() and out.read_bytes().count(b"\n") == 2
+    )

@@ -85,6 +85,11 @@ def test_tau_bench_episodes_and_reused_call_ids(shared, shared_lake):
             m.get("content") if m["role"] != "tool" else m["content"] for m in ep["traj"]
         ]
     assert reused == 47  # FORMATS.md: 47 of the 160 episodes reuse an id
+    # the files keep no tool specs: each row declares the tools it calls, derived from the calls
+    for r in rows:
+        called = {c["name"] for m in r["messages"] for c in m["tool_calls"] or []}
+        declared = {t["function"]["name"] for t in json.loads(r["tools"] or "[]")}
+        assert called == declared, (called, declared)
 
 
 def test_tau_fewshot_lossy_calls(shared, shared_lake):

@@ -142,6 +142,7 @@ def _kind(path: str) -> str:
     "max_records_per_file",
     "max_seconds_per_file",
     eval_set="eval_sets",
+    exclude="exclude",
 )
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files or folders (local or fsspec URLs).")],
@@ -207,8 +208,8 @@ def _print_dedup(out: dict) -> None:
     )
     rows = [
         {
-            "scope": "questions (distinct ids)",
-            "in": c["questions_distinct"],
+            "scope": "questions (rows)",
+            "in": c["question_rows"],
             "kept": c["questions_kept"],
             "exact": c["question_rows"] - c["questions_distinct"],
             "near": c["questions_near_duplicates"],

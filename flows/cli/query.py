@@ -68,6 +68,14 @@ def query(
         raise typer.Exit(2) from None
     except Exception as e:  # noqa: BLE001 - DuckDB errors are the user's SQL: show them plainly
         err.print(f"[red]query failed:[/red] {esc(e)}")
+        if "file system operations are disabled" in str(e):
+            root = resolve_root(lake)
+            err.print(
+                f"flow query reads the lake's tables and its published datasets only (files "
+                f"under {esc(root)}/datasets/, e.g. SELECT * FROM "
+                f"read_parquet('{esc(root)}/datasets/NAME/v1/rl/*.parquet')); query other files "
+                "with DuckDB itself"
+            )
         raise typer.Exit(1) from None
     print_rows(rows, format)
     if more:
@@ -116,22 +124,28 @@ def _write_result(batches, out: str, fmt: str) -> int:
 @app.command()
 def show(
     trajectory_id: Annotated[
-        str, typer.Argument(help="A trajectory id or a unique prefix (>= 6 chars).")
+        str,
+        typer.Argument(
+            help="A trajectory id, or a record id (a dataset row's record_id: a trajectory, a "
+            "pool question or an attempt), or a unique prefix (>= 6 chars)."
+        ),
     ],
     lake: LakeOpt = None,
     max_chars: Annotated[int, typer.Option(help="Clip each text to this many characters.")] = 2000,
 ) -> None:
-    """Render one trajectory: roles, reasoning, tool calls and results, reward."""
-    from pipeline.show import find_trajectory, render
+    """Render one trajectory (roles, reasoning, tool calls and results, reward), or the pool
+    question or attempt a dataset row names."""
+    from pipeline.show import find_record, render_record
 
     try:
-        row = find_trajectory(Lake(lake), trajectory_id)
+        found = find_record(Lake(lake), trajectory_id)
     except ValueError as e:
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
-    if row is None:
+    if found is None:
         err.print(
-            f"[red]no trajectory[/red] {esc(repr(trajectory_id))} in {esc(resolve_root(lake))}"
+            f"[red]no trajectory or record[/red] {esc(repr(trajectory_id))} in "
+            f"{esc(resolve_root(lake))}"
         )
         raise typer.Exit(1)
-    render(row, console, max_chars=max_chars)
+    render_record(*found, console, max_chars=max_chars)

@@ -54,6 +54,11 @@ class SelectConfig:
     """The diversity measure and its warning threshold."""
 
     def __post_init__(self) -> None:
+        if self.size is not None and self.size < 1:
+            raise ValueError(
+                f"size must be at least 1, got {self.size} (leave it out for the largest size "
+                "that meets the ratios)"
+            )
         if self.objective not in ("entropy", "strata"):
             raise ValueError(f"objective must be entropy or strata, not {self.objective!r}")
 

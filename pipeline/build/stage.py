@@ -193,7 +193,19 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         files[f"rl/part-{i:05d}.parquet"] = data
     for i, data in enumerate(_shards(sft_rows, SFT_ROWS, config.shard_rows)):
         files[f"sft/part-{i:05d}.parquet"] = data
-    files |= exports.write(rl_rows, sft_rows, name, config.system_prompt, config.exports)
+    empty = {"rl": not rl_rows, "sft": not sft_rows}
+    not_written = {
+        path: f"the {split} split has no rows"
+        for path, split in exports.SPLIT_OF.items()
+        if empty[split]
+    }
+    files |= {
+        p: d
+        for p, d in exports.write(
+            rl_rows, sft_rows, name, config.system_prompt, config.exports
+        ).items()
+        if p not in not_written
+    }
 
     histogram = query(
         lake,
@@ -250,6 +262,15 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
             },
         },
         "files": files_meta,
+        "exports_not_written": not_written,
+        "warnings": [
+            f"the {split} split is empty: its exports "
+            f"({', '.join(p.split('/')[-1] for p, s in exports.SPLIT_OF.items() if s == split)}) "
+            "are not written, and its shard is an empty table (DuckDB reads it; "
+            "datasets.load_dataset does not)"
+            for split in ("rl", "sft")
+            if empty[split]
+        ],
         "config": config_json,
         "lineage": lake_lineage,
     }

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 import orjson
 
 from pipeline.dedup.errors import DedupError
+from pipeline.dedup.known_evals import KNOWN
 from pipeline.lake.ids import digest
 
-DEFAULT_EVAL_SETS = ("aime2024", "aime2025", "amc2023", "math500", "gsm8k/test")
+# the well-known sets, recognised by pool name, path and content (pipeline/dedup/known_evals.py)
+DEFAULT_EVAL_SETS = KNOWN
 
 
 @dataclass

@@ -21,6 +21,7 @@ full run. Outputs are rewritten whole (atomically) on every run; they are small.
 
 from __future__ import annotations
 
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -28,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.dedup import known_evals
 from pipeline.dedup.clusters import clusters, pick_representatives, question_key, trajectory_key
 from pipeline.dedup.config import DedupConfig
 from pipeline.dedup.lsh import (
@@ -43,6 +45,7 @@ from pipeline.lake import Lake
 from pipeline.lake.eval_sets import registered
 from pipeline.lake.ids import digest
 from pipeline.lake.query import query
+from pipeline.verify.ground_truth import normalize_answer
 
 
 @dataclass
@@ -57,7 +60,9 @@ class DedupResult:
 def no_eval_set_warning(eval_sets: tuple[str, ...]) -> str:
     return (
         f"no evaluation set in the lake (looked for {', '.join(eval_sets) or 'none'}): "
-        "decontamination checked nothing. Ingest the evaluation questions (e.g. `flow ingest "
+        "decontamination checked only exact copies of the packaged lists (GSM8K test, MATH-500, "
+        "AIME 2024, AMC 2023) and well-known test-split paths, no near-duplicates. Ingest the "
+        "evaluation questions (e.g. `flow ingest "
         "../shared/data/questions/math500`) or register a pool of your own with `flow ingest PATH "
         "--eval-set NAME` (once) or `flow dedup --eval-set NAME` (this run)"
     )
@@ -205,9 +210,9 @@ def verified(
 QUESTION_ITEMS = """
 WITH q AS (
   SELECT question_id, question, ground_truth, answer_type, domain, dataset || '/' || coalesce(split, '') AS ds,
-         dataset, source, ingested_at, 0 AS pri, record_id FROM valid_questions
-  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 1, record_id FROM valid_attempts
-  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, ingested_at, 2, record_id FROM valid_trajectories)
+         dataset, source, source_uri, ingested_at, 0 AS pri, record_id FROM valid_questions
+  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, source_uri, ingested_at, 1, record_id FROM valid_attempts
+  UNION ALL SELECT question_id, question, ground_truth, NULL, domain, NULL, NULL, source, source_uri, ingested_at, 2, record_id FROM valid_trajectories)
 -- record_id (a content hash) breaks ties: rows of one file share ingested_at, and scan order is not stable
 SELECT question_id,
        first(question ORDER BY pri, ingested_at, source, record_id) AS question,
@@ -217,6 +222,7 @@ SELECT question_id,
        coalesce(list_sort(list(DISTINCT ds) FILTER (WHERE ds IS NOT NULL)), []::VARCHAR[]) AS datasets,
        coalesce(list_sort(list(DISTINCT dataset) FILTER (WHERE dataset IS NOT NULL)), []::VARCHAR[]) AS dataset_names,
        list_sort(list(DISTINCT source)) AS sources,
+       list_sort(list(DISTINCT source_uri) FILTER (WHERE source_uri IS NOT NULL)) AS uris,
        count(*) AS n_rows,
        bool_or(pri = 0) AS from_pool,
        min(ingested_at) AS first_ingested
@@ -224,10 +230,73 @@ FROM q GROUP BY question_id ORDER BY question_id
 """
 
 
-def _in_eval(datasets: list[str], names: list[str], eval_sets: tuple[str, ...]) -> list[str]:
-    hits = {e for e in eval_sets for d in datasets if d == e or d.rstrip("/") == e}
-    hits |= {e for e in eval_sets for n in names if n == e}
-    return sorted(hits)
+def answer_type_of(ground_truth: str | None) -> str | None:
+    """The answer type of a ground truth no question pool typed (attempts and trajectories
+    carry only the answer): a letter is judged as a letter, a number as a number, as a pool's
+    would be. An environment outcome (a JSON object or list: tau-bench's expected actions) has
+    none: no answer verifies against it (the build drops such rows from RL)."""
+    if ground_truth is None or ground_truth.lstrip()[:1] in ("{", "["):
+        return None
+    return normalize_answer(ground_truth)[1]
+
+
+def _pool_sets(r: dict, eval_sets: tuple[str, ...]) -> set[str]:
+    """The evaluation sets a question is in as a pool question (``dataset`` or ``dataset/split``
+    named as one, or a well-known set's pool: ``bfcl_simple`` is BFCL)."""
+    hits = {e for e in eval_sets for d in r["datasets"] if d == e or d.rstrip("/") == e}
+    hits |= {e for e in eval_sets for n in r["dataset_names"] if n == e}
+    for d in r["datasets"]:
+        hits |= known_evals.by_dataset(d.rstrip("/"))
+    return hits
+
+
+def _in_eval(
+    r: dict, eval_sets: tuple[str, ...], seen: dict[str, Counter]
+) -> tuple[list[str], list[str]]:
+    """(the held-out evaluation sets the question is in, the well-known ones it is in that this
+    run trains on). Beside pool names, a question is recognised as a well-known set's item by its
+    text (the packaged lists) or its files' paths (``known_evals``); ``seen`` counts those
+    recognitions per set and way, for the warnings."""
+    pool = _pool_sets(r, eval_sets)
+    for name, how in known_evals.recognise(r["question_id"], r["uris"]).items():
+        if name not in pool:
+            seen.setdefault(name, Counter())[how] += 1
+        pool.add(name)
+    held = sorted(e for e in pool if e in eval_sets)
+    opted = sorted(e for e in pool if e not in eval_sets and e in known_evals.KNOWN)
+    return held, opted
+
+
+def known_eval_warnings(seen: dict[str, Counter], trained: Counter) -> list[str]:
+    """What the recognition found, said loudly: items of well-known evaluation sets that came
+    in under other names (held out), and those this run trains on because the user left their
+    set out of ``eval_sets``."""
+
+    def each(c: dict[str, Counter]) -> str:
+        return ", ".join(
+            f"{name} {sum(n.values())} ("
+            + ", ".join(f"by {how} {k}" for how, k in sorted(n.items()))
+            + ")"
+            for name, n in sorted(c.items())
+        )
+
+    out = []
+    held = {k: v for k, v in seen.items() if k not in trained}
+    if held:
+        out.append(
+            f"{sum(sum(v.values()) for v in held.values())} questions from trajectories, attempts "
+            f"or other pools are items of well-known evaluation sets: {each(held)}; kept out of "
+            "training (not train_eligible). To train on one anyway, leave it out of `flow dedup "
+            "--eval-set` (DedupConfig.eval_sets)"
+        )
+    if trained:
+        out.append(
+            f"CONTAMINATION: {sum(trained.values())} train-eligible questions are items of "
+            f"well-known evaluation sets this run does not hold out: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(trained.items()))
+            + "; never report figures on those sets for a model trained on this data"
+        )
+    return out
 
 
 def question_items(lake: Lake) -> tuple[list[dict], list[str], list[str]]:
@@ -236,7 +305,7 @@ def question_items(lake: Lake) -> tuple[list[dict], list[str], list[str]]:
 
 
 def dedup_questions(
-    lake: Lake, config: DedupConfig, counts: dict
+    lake: Lake, config: DedupConfig, counts: dict, warnings: list[str]
 ) -> tuple[list[dict], list[dict], dict[str, str]]:
     items, ids, texts = question_items(lake)
     sigs, new = signatures_for(lake, "question", ids, texts, config)
@@ -253,11 +322,14 @@ def dedup_questions(
         for r in items
     ]
     reps = pick_representatives(labels, keys)
-    evals = [_in_eval(r["datasets"], r["dataset_names"], config.eval_sets) for r in items]
+    seen: dict[str, Counter] = {}
+    both = [_in_eval(r, config.eval_sets, seen) for r in items]
+    evals = [held for held, _ in both]
     members: dict[int, list[int]] = {}
     for i, rep in enumerate(reps):
         members.setdefault(int(rep), []).append(i)
     rows, uniq = [], []
+    trained: Counter = Counter()  # train-eligible questions of well-known sets, per set
     rep_of: dict[str, str] = {}
     for rep, mem in sorted(members.items(), key=lambda kv: ids[kv[0]]):
         sim_to_rep = estimated_jaccard(sigs[mem], np.repeat(sigs[rep : rep + 1], len(mem), axis=0))
@@ -292,19 +364,19 @@ def dedup_questions(
                         "cluster_size": len(mem),
                     }
                 )
+        if not cluster_evals:
+            for i in mem:
+                trained.update(both[i][1])
         r = items[rep]
+        truth = next(
+            (items[i]["ground_truth"] for i in [rep, *mem] if items[i]["ground_truth"] is not None),
+            None,
+        )
         uniq.append(
             {
                 "question_id": ids[rep],
                 "question": r["question"],
-                "ground_truth": next(
-                    (
-                        items[i]["ground_truth"]
-                        for i in [rep, *mem]
-                        if items[i]["ground_truth"] is not None
-                    ),
-                    None,
-                ),
+                "ground_truth": truth,
                 "answer_type": next(
                     (
                         items[i]["answer_type"]
@@ -312,7 +384,8 @@ def dedup_questions(
                         if items[i]["answer_type"] is not None
                     ),
                     None,
-                ),
+                )
+                or answer_type_of(truth),
                 "domain": r["domain"],
                 "datasets": sorted({d for i in mem for d in items[i]["datasets"]}),
                 "sources": sorted({s for i in mem for s in items[i]["sources"]}),
@@ -335,7 +408,10 @@ def dedup_questions(
         eval_sets_found=len({e for ev in evals for e in ev}),
         questions_contaminated=sum(1 for r in rows if r["scope"] == "contamination"),
         questions_train_eligible=sum(u["train_eligible"] for u in uniq),
+        questions_recognised_as_eval=sum(sum(c.values()) for c in seen.values()),
+        questions_trained_on_eval_sets=sum(trained.values()),
     )
+    warnings.extend(known_eval_warnings(seen, trained))
     return rows, uniq, rep_of
 
 
@@ -435,7 +511,8 @@ def dedup(lake: Lake, config: DedupConfig | None = None) -> DedupResult:
     config = config or DedupConfig()
     config = replace(config, eval_sets=tuple(dict.fromkeys(config.eval_sets + registered(lake))))
     counts: dict[str, int] = {}
-    rows, uniq, rep_of = dedup_questions(lake, config, counts)
+    warnings: list[str] = []
+    rows, uniq, rep_of = dedup_questions(lake, config, counts, warnings)
     if config.trajectories:
         rows += dedup_trajectories(lake, config, counts, rep_of)
     lake.write_part(
@@ -476,7 +553,8 @@ def dedup(lake: Lake, config: DedupConfig | None = None) -> DedupResult:
         ],
         per_source,
         params,
-        [] if counts.get("eval_sets_found") else [no_eval_set_warning(config.eval_sets)],
+        warnings
+        + ([] if counts.get("eval_sets_found") else [no_eval_set_warning(config.eval_sets)]),
     )
 
 

@@ -9,6 +9,16 @@ from __future__ import annotations
 from pipeline.exports import llamafactory, trl, verl
 from pipeline.exports.config import ExportConfig
 
+SPLIT_OF = {
+    "exports/trl_sft.jsonl": "sft",
+    "exports/trl_grpo.parquet": "rl",
+    "exports/verl.parquet": "rl",
+    "exports/llamafactory_sharegpt.json": "sft",
+    "exports/dataset_info.json": "sft",
+}
+"""The split each export is made of: an empty split's exports are not written (``datasets``,
+verl's RLHFDataset, TRL and LLaMA-Factory all fail on an empty file, each in its own words)."""
+
 
 def write(
     rl_rows: list[dict], sft_rows: list[dict], name: str, system: str | None, config: ExportConfig
@@ -24,4 +34,4 @@ def write(
     }
 
 
-__all__ = ["ExportConfig", "write"]
+__all__ = ["SPLIT_OF", "ExportConfig", "write"]

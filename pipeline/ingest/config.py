@@ -13,8 +13,13 @@ class IngestConfig:
     """Options of the ingest stage."""
 
     source: str | None = None
-    """Source name for every file (default: the top folder under the input, or the reader's name).
-    """
+    """Source name for every file. Default: for a folder given, the first folder under it
+    (``flow ingest ../shared/data`` names ToRA's files ``tora``; a file directly in the given
+    folder, or a file given directly, gets its reader's name)."""
+    exclude: tuple[str, ...] = ()
+    """Glob patterns of files or folders under a given folder not to read (``tests``,
+    ``*/outputs/*``, ``*.metrics``): matched on the path relative to that folder and on each of
+    its folder names; excluded files are counted as skipped in the summary."""
     format: str | None = None
     """Force a reader by name instead of detecting it (see flow formats)."""
     max_record_bytes: int = 64 << 20

@@ -9,6 +9,7 @@ parts after the new ones are committed. ``records_read = accepted + quarantined`
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 import stat
@@ -106,9 +107,19 @@ def _outside(target: str, root: str | None) -> str | None:
     return None
 
 
-def discover_files(paths: Iterable[str]) -> list[Found]:
+def excluded(rel: str, patterns: Iterable[str]) -> bool:
+    """Whether a path relative to the given folder matches an exclude pattern (fnmatch, on the
+    whole relative path or on any of its folders: ``tests``, ``*/eval/*``, ``*.metrics``)."""
+    parts = rel.split("/")
+    heads = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(fnmatch.fnmatch(h, pat) or fnmatch.fnmatch(x, pat)
+               for pat in patterns for h, x in zip(heads, parts, strict=True))  # fmt: skip
+
+
+def discover_files(paths: Iterable[str], exclude: Iterable[str] = ()) -> list[Found]:
     """Expand folders into supported files, sorted; each with its default source name (the first
-    folder under the given folder, or None for a file given directly). Symlinks are followed only
+    folder under the given folder, or None for a file given directly), less those ``exclude``
+    patterns match (see ``excluded``). Symlinks are followed only
     inside the given folder: one pointing elsewhere (``env.jsonl -> /proc/self/environ``, a key
     in a home folder) is refused unread, and so is any path into /proc, /sys or /dev."""
     out: list[Found] = []
@@ -123,6 +134,8 @@ def discover_files(paths: Iterable[str]) -> list[Found]:
             for f in sorted(fs.find(root)):
                 rel = f[len(root) + 1 :]
                 if any(part.startswith(".") for part in rel.split("/")) or not is_supported(f):
+                    continue
+                if excluded(rel, exclude):
                     continue
                 top = rel.split("/", 1)[0] if "/" in rel else None
                 refused = None if prefix else _outside(os.path.realpath(f), root)
@@ -139,9 +152,10 @@ def discover(paths: Iterable[str]) -> list[tuple[str, str | None]]:
     return [(f.path, f.source) for f in discover_files(paths)]
 
 
-def skipped_files(paths: Iterable[str]) -> list[str]:
+def skipped_files(paths: Iterable[str], exclude: Iterable[str] = ()) -> list[str]:
     """Files under the given folders that ingest does not read (unsupported suffixes, archives
-    among them), for the run's summary: none is passed over unsaid."""
+    among them, and those ``exclude`` matches), for the run's summary: none is passed over
+    unsaid."""
     out = []
     for p in paths:
         fs, root = fsspec.core.url_to_fs(p)
@@ -149,7 +163,9 @@ def skipped_files(paths: Iterable[str]) -> list[str]:
             root = root.rstrip("/")
             for f in sorted(fs.find(root)):
                 rel = f[len(root) + 1 :]
-                if not is_supported(f) and not any(x.startswith(".") for x in rel.split("/")):
+                if any(x.startswith(".") for x in rel.split("/")):
+                    continue
+                if not is_supported(f) or excluded(rel, exclude):
                     out.append(safe_text(f))
         elif fs.exists(root) and not is_supported(root):
             out.append(safe_text(root))
@@ -505,9 +521,9 @@ def ingest(
     lake.remove_temp_files()
     registry = Registry(lake)
     reports = []
-    for path, default_source, refused in discover_files(paths):
+    for path, default_source, refused in discover_files(paths, config.exclude):
         r = ingest_file(path, lake, config, registry, default_source, refused=refused)
         reports.append(r)
         if on_file:
             on_file(r)
-    return IngestResult(reports, skipped_files(paths))
+    return IngestResult(reports, skipped_files(paths, config.exclude))

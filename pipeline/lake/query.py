@@ -185,7 +185,9 @@ def connect(lake: Lake, config: QueryConfig | None = None) -> duckdb.DuckDBPyCon
     for name, sql in VIEWS.items():
         con.execute(f"CREATE VIEW {name} AS {sql}")
     if lake.is_local:
-        con.execute(f"SET allowed_directories = [{sql_string(lake.path('tables') + '/')}]")
+        # the tables, and the published datasets (read_parquet('ROOT/datasets/NAME/vN/rl/*'))
+        allowed = ", ".join(sql_string(lake.path(d) + "/") for d in ("tables", "datasets"))
+        con.execute(f"SET allowed_directories = [{allowed}]")
         con.execute("SET enable_external_access = false")
     else:
         con.execute("SET disabled_filesystems = 'LocalFileSystem'")

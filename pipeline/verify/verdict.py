@@ -112,10 +112,11 @@ def verify(
         return Verdict(
             numbers_equal(pred, ground_truth) or math_equal(pred, ground_truth), pred, "number"
         )
-    if answer_type == "letter":
-        return Verdict(
-            letter_of(response) == ground_truth.strip().upper(), letter_of(response), "letter"
+    if answer_type == "letter":  # "the answer is (B)", or a boxed letter
+        got = letter_of(response) or (
+            pred.strip("() ").upper() if pred and re.fullmatch(r"\(?[A-Ea-e]\)?", pred) else None
         )
+        return Verdict(got == ground_truth.strip("() ").upper(), got, "letter")
     if answer_type == "text":
         norm = lambda s: re.sub(r"\s+", " ", (s or "").strip().lower().rstrip("."))  # noqa: E731
         return Verdict(

@@ -22,6 +22,35 @@ from pipeline.ingest.readers.openai_chat import from_openai_messages
 from pipeline.ingest.records import AttemptRec, Rec, TrajectoryRec, require
 
 
+def tools_of_calls(messages: list[dict]) -> list[dict] | None:
+    """Tool specs derived from the calls made: tau-bench's files keep the calls but not the
+    environment's tool specs, and an SFT row whose turns call tools it never declares teaches
+    calling undeclared tools. Each called name, with the argument names seen."""
+    seen: dict[str, dict[str, None]] = {}
+    for m in messages:
+        for c in m.get("tool_calls") or []:
+            c = c.get("function") if isinstance(c.get("function"), dict) else c
+            args = c.get("arguments")
+            if isinstance(args, str):
+                try:
+                    args = orjson.loads(args)
+                except orjson.JSONDecodeError:
+                    args = {}
+            keys = seen.setdefault(str(c.get("name")), {})
+            keys.update(dict.fromkeys(args if isinstance(args, dict) else {}))
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": "derived from the recorded calls (the source has no tool specs)",
+                "parameters": {"type": "object", "properties": {k: {} for k in keys}},
+            },
+        }
+        for name, keys in seen.items()
+    ] or None
+
+
 def _domain(path: str) -> str:
     p = path.lower()
     return "airline" if "airline" in p else "retail" if "retail" in p else "customer_service"
@@ -62,8 +91,10 @@ class TauBenchReader(Reader):
             "user_cost": info.get("user_cost"),
             "reward_info": rinfo.get("info") if isinstance(rinfo, dict) else None,
         }
+        messages = from_openai_messages(traj)
         t = TrajectoryRec(
-            messages=from_openai_messages(traj),
+            messages=messages,
+            tools=tools_of_calls(messages),
             question=instruction,
             domain=_domain(ctx.path),
             ground_truth=gt,

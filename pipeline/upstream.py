@@ -11,7 +11,18 @@ from __future__ import annotations
 from pipeline.lake import Lake
 from pipeline.lake.query import query
 
-NEEDS = {"dedup": 1, "label": 2, "build": 3}  # how far up the chain each stage looks
+NEEDS = {"validate": 0, "dedup": 1, "label": 2, "build": 3}  # how far up each stage looks
+
+
+def missing_lake(lake: Lake) -> str | None:
+    """Why ``lake`` is not a lake (nothing was ever ingested at that root: a mistyped
+    ``--lake``), or None. Reading it would find empty tables and answer 0 rows, exit 0."""
+    if lake.fs.exists(lake.path("tables")):
+        return None
+    return (
+        f"no lake at {lake.root}: nothing was ever ingested there (check --lake or FLOW_LAKE; "
+        "`flow ingest PATH --lake ROOT` makes one)"
+    )
 
 
 def _counts(lake: Lake) -> dict[str, int]:
@@ -29,6 +40,8 @@ def _counts(lake: Lake) -> dict[str, int]:
 def problems(lake: Lake, stage: str) -> tuple[list[str], list[str]]:
     """(errors, warnings) for running ``stage`` on ``lake`` now."""
     depth = NEEDS[stage]
+    if (why := missing_lake(lake)) is not None:
+        return [why], []
     c = _counts(lake)
     ingested = c["trajectories"] + c["questions"] + c["attempts"]
     errors: list[str] = []

@@ -98,6 +98,13 @@ def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
         "SELECT count(*) n FROM labels l JOIN unique_questions u USING (question_id) WHERE l.label_source = 'rollouts' AND NOT u.train_eligible",
     ).to_pylist()[0]["n"]
     assert bad == 0
+    # a build that takes the 8 live labels over the many recorded ones says so
+    from pipeline.build import BuildConfig, build
+
+    m = build(lake, BuildConfig(name="auto-labels"))
+    assert m["rl"]["label_source"] == "rollouts"
+    [warn] = [w for w in m["warnings"] if w.startswith("labels:")]
+    assert "(8 questions) were chosen over the recorded ones" in warn
 
 
 @pytest.mark.usefixtures("sandbox_available")

@@ -6,6 +6,7 @@ be compared file by file."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -396,6 +397,32 @@ def test_prefect_yaml_deploys_the_same_deployments_as_the_serve_config(harness, 
         assert params["stages"] == d.stages and params["dataset"] == d.parameters["dataset"]
         assert params["write_run_report"] == d.parameters["write_run_report"]
         assert ("inputs" in params) == ("inputs" in d.parameters)
+    # a real worker picks up a run of the ingest deployment and runs it to the end (with the
+    # file-path entrypoint, flows/pipeline.py loaded as module `pipeline` and every run crashed)
+    lake, landing = tmp_path / "lake", tmp_path / "landing"
+    (landing / "a").mkdir(parents=True)
+    (landing / "a" / "t.jsonl").write_text(
+        json.dumps({"messages": [{"role": "user", "content": "2+2?"},
+                                 {"role": "assistant", "content": "4"}]}) + "\n"
+    )  # fmt: skip
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run_from_deployment(
+            deployed["ingest"].id, parameters={"inputs": [str(landing)], "lake": str(lake)}
+        )
+    worker = subprocess.run(
+        [str(Path(sys.executable).with_name("prefect")), "worker", "start", "--pool",
+         "flow-pool", "--run-once"],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(run.id).state
+    assert state.is_completed(), (state, worker.stdout[-3000:] + worker.stderr[-3000:])
+    from pipeline.lake import Lake
+    from pipeline.lake.query import query
+
+    assert query(Lake(str(lake)), "SELECT count(*) AS n FROM trajectories").to_pylist() == [
+        {"n": 1}
+    ]
 
 
 class FlakyFS:

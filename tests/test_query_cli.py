@@ -365,3 +365,18 @@ def test_csv_lines_end_in_a_newline_not_crlf(tmp_path, shared):
     assert (
         res.exit_code == 0 and b"\r" not in out.read_bytes() and out.read_bytes().count(b"\n") == 2
     )
+
+
+def test_a_mistyped_lake_is_an_error_not_an_empty_answer(tmp_path):
+    """`flow query` on a root where nothing was ingested answered 0 rows with exit 0, and
+    `flow validate` said every expectation passed: both now say there is no lake there."""
+    typo = str(tmp_path / "data" / "lak")
+    for cmd in (
+        ["query", "SELECT count(*) FROM trajectories"],
+        ["show", "3f2a9c1d"],
+        ["validate"],
+        ["dedup"],
+    ):
+        res = runner.invoke(app, [*cmd, "--lake", typo])
+        assert res.exit_code == 2, (cmd, res.output)
+        assert f"no lake at {typo}" in " ".join(res.output.split()), res.output

@@ -195,6 +195,7 @@ def validate(config: ValidateConfig, lake: LakeOpt = None) -> None:
     """Run the Great Expectations suites; failing rows go to quarantine with the rule's name."""
     from flows.validate import validate_flow
 
+    _upstream(lake, "validate")
     with console.status("validating with Great Expectations…"):
         out = validate_flow(lake=resolve_root(lake), config=config)
     _print_validate(out)

@@ -48,6 +48,7 @@ def query(
     from pipeline.lake.query_process import bounded_stream
 
     out, format, limit = config.out, config.format, config.limit
+    _require_lake(lake)
     try:
         batches = bounded_stream(Lake(lake), sql, config)
         if out:
@@ -83,6 +84,16 @@ def query(
             f"[yellow]{more} more row(s) not shown[/yellow]; use --limit N (0: all), or "
             "--format parquet --out FILE for every row"
         )
+
+
+def _require_lake(lake: str | None) -> None:
+    """A mistyped --lake is an error, not an empty answer."""
+    from pipeline.upstream import missing_lake
+
+    why = missing_lake(Lake(lake))
+    if why is not None:
+        err.print(f"[red]error:[/red] {esc(why)}")
+        raise typer.Exit(2)
 
 
 def _write_result(batches, out: str, fmt: str) -> int:
@@ -137,6 +148,7 @@ def show(
     question or attempt a dataset row names."""
     from pipeline.show import find_record, render_record
 
+    _require_lake(lake)
     try:
         found = find_record(Lake(lake), trajectory_id)
     except ValueError as e:

@@ -166,13 +166,22 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     config = config or BuildConfig()
     name = check_name(config.name)
     source = config.label_source
+    warnings: list[str] = []
     if source is None:
-        have = set(
-            query(lake, "SELECT DISTINCT label_source FROM labels")
-            .column("label_source")
-            .to_pylist()
-        )
+        have = {
+            r["label_source"]: r["n"]
+            for r in query(
+                lake,
+                "SELECT label_source, count(DISTINCT question_id) AS n FROM labels GROUP BY 1",
+            ).to_pylist()
+        }
         source = "rollouts" if "rollouts" in have else "recorded"
+        if source == "rollouts" and have.get("recorded", 0) > have["rollouts"]:
+            warnings.append(
+                f"labels: the live rollouts' ({have['rollouts']} questions) were chosen over the "
+                f"recorded ones ({have['recorded']} questions) because live labels exist; build "
+                "with --label-source recorded for the recorded ones"
+            )
     if source not in ("recorded", "rollouts"):
         raise BuildError(f"label_source must be recorded or rollouts, not {source!r}")
     revision = ""
@@ -263,7 +272,8 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         },
         "files": files_meta,
         "exports_not_written": not_written,
-        "warnings": [
+        "warnings": warnings
+        + [
             f"the {split} split is empty: its exports "
             f"({', '.join(p.split('/')[-1] for p, s in exports.SPLIT_OF.items() if s == split)}) "
             "are not written, and its shard is an empty table (DuckDB reads it; "

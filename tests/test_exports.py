@@ -483,6 +483,36 @@ def test_flow_query_reads_the_published_datasets_and_says_what_else_it_cannot(de
     assert res.exit_code == 1 and "published datasets only" in " ".join(res.output.split())
 
 
+def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path):
+    """Ctrl-C in `flow sft`: one line saying what stays and to rerun (not a traceback, exit
+    130); checkpoints come by time by default (here every 0.06 s), so the rerun resumes from
+    the last one and every step is logged once."""
+    import signal
+    import time
+
+    _, m, _ = demo
+    out = tmp_path / "sft"
+    cmd = [sys.executable, "-m", "flows.cli", "sft", "--dataset", m["path"], "--out", str(out),
+           "--steps", "40", "--checkpoint-minutes", "0.001"]  # fmt: skip
+    repo = Path(__file__).parents[1]
+    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    state = out / "checkpoint-latest" / "trainer_state.pt"
+    deadline = time.monotonic() + 300
+    while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    text = " ".join(err.decode().split())
+    assert proc.returncode == 130, text[-3000:]
+    assert "interrupted (Ctrl-C)" in text and "rerun the same command to continue" in text
+    assert "Traceback" not in text, text[-3000:]
+    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 41)) and len(set(steps)) == 40
+
+
 def test_an_empty_split_keeps_its_columns(demo):
     lake, _, _ = demo
     m = build(lake, BuildConfig(name="empty-sft", sft=SFTConfig(patterns=("no-such-pattern",))))

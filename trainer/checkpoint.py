@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,21 @@ def start_run(out: str, seed: int) -> tuple[Path, Path, bool]:
     np.random.seed(seed)
     torch.manual_seed(seed)
     return folder, latest, (latest / "trainer_state.pt").exists()
+
+
+def checkpoint_due(step: int, config, last_save: float, world: int = 1) -> bool:
+    """Whether to save after ``step``: every ``checkpoint_every`` steps, or once
+    ``checkpoint_minutes`` have passed since ``last_save`` (time.monotonic()). Under torchrun
+    rank 0's clock decides for all (the save is a collective)."""
+    every, minutes = config.checkpoint_every, config.checkpoint_minutes
+    due = bool(every and step % every == 0) or bool(
+        minutes and time.monotonic() - last_save >= 60 * minutes
+    )
+    if world > 1:
+        from trainer.distributed import gather
+
+        due = bool(gather(due, world)[0])
+    return due
 
 
 def save_checkpoint(

@@ -29,6 +29,7 @@ COMMAND_LINE = (
     "rollout_backend",
     "eval_every",
     "checkpoint_every",
+    "checkpoint_minutes",
     "judge",
     "judge_weight",
     "refine",
@@ -155,7 +156,10 @@ class TrainConfig:
     seed: int = 0
     """Seed of the prompt order, the sampling and the initial RNG states."""
     checkpoint_every: int = 0
-    """Save a checkpoint every this many steps (0: only at the end)."""
+    """Save a checkpoint every this many steps (0: by time only, checkpoint_minutes)."""
+    checkpoint_minutes: float = 10.0
+    """Also save once this many minutes have passed since the last save (0: off): a killed or
+    interrupted run resumes losing at most that much."""
     eval_every: int = 0
     """Every this many steps, avg@eval_k on the held-out questions given to train(); the best is
     kept as checkpoint-best, chosen by held-out accuracy, never by reward (0: off).
@@ -247,8 +251,10 @@ class TrainConfig:
             raise ValueError(
                 f"top_p must be in (0, 1] and top_k -1 (off) or >= 1, not {self.top_p}, {self.top_k}"
             )
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            raise ValueError("eval_every and checkpoint_every count steps (0: off)")
+        if self.eval_every < 0 or self.checkpoint_every < 0 or self.checkpoint_minutes < 0:
+            raise ValueError(
+                "eval_every and checkpoint_every count steps, checkpoint_minutes minutes (0: off)"
+            )
         if (self.judge_weight or self.refine) and not self.judge:
             raise ValueError("judge_weight and refine need a judge (a model folder or a URL)")
 
@@ -305,7 +311,10 @@ class SFTTrainConfig:
     seed: int = 0
     """Seed of the initial weights (the nano policy) and of the data order."""
     checkpoint_every: int = 0
-    """Save a checkpoint every this many steps (0: only at the end)."""
+    """Save a checkpoint every this many steps (0: by time only, checkpoint_minutes)."""
+    checkpoint_minutes: float = 10.0
+    """Also save once this many minutes have passed since the last save (0: off): a killed or
+    interrupted run resumes losing at most that much."""
     nano: dict = field(
         default_factory=lambda: {
             "hidden": 128,

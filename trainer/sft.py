@@ -23,6 +23,7 @@ import torch
 from pipeline.rollout.agent import ToolMessageRenderer
 from pipeline.rollout.render import NotAgentShaped, render, turn_text
 from trainer.checkpoint import (
+    checkpoint_due,
     plot,
     rng_state,
     save_checkpoint,
@@ -215,6 +216,7 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     writer = tensorboard(out)
     history = []
+    last_save = time.monotonic()
     for step in range(start, config.steps):
         t0 = time.perf_counter()
         batch = [data[i] for i in stream.take(1)[0]]
@@ -249,8 +251,9 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
                 writer.add_scalar(k, m[k], step + 1)
         if on_step:
             on_step(m)
-        if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+        if checkpoint_due(step + 1, config, last_save):
             _save(latest, model, tokenizer, opt, sched, stream, step + 1, config)
+            last_save = time.monotonic()
     _save(latest, model, tokenizer, opt, sched, stream, config.steps if history else start, config)
     plot(out, CURVES, "sft_curves.png")
     return history

@@ -24,6 +24,7 @@ from pipeline.rollout.engines import close as close_engine
 from pipeline.sandbox import Sandbox
 from trainer.adaptive import AdaptiveSampler, merge_stats
 from trainer.checkpoint import (
+    checkpoint_due,
     keep_best,
     plot,
     save_train_state,
@@ -297,6 +298,7 @@ def train(
     width = config.group_size * (2 if config.refine else 1)  # Reagent-U pools 2K per question
     reached = start
     try:
+        last_save = time.monotonic()
         for step in range(start, config.steps):
             t0 = time.perf_counter()
             eps_high = eps_high_at(config, step)
@@ -381,11 +383,12 @@ def train(
             log_step(out, m, writer, rank)  # the metrics are already reduced over the ranks
             if on_step:
                 on_step(m)
-            if config.checkpoint_every and (step + 1) % config.checkpoint_every == 0:
+            if checkpoint_due(step + 1, config, last_save, world):
                 samplers = sampler_states(stream, world)  # every rank's, gathered on all
                 if rank == 0:
                     save_train_state(latest, model, tokenizer, opt, sched, stream, step + 1,
                                      ent_coef, config, beta, samplers)  # fmt: skip
+                last_save = time.monotonic()
     finally:
         if sandbox is not None:
             sandbox.close()

@@ -54,6 +54,14 @@ def main() -> None:
     except BaseException as e:
         if isinstance(e, SystemExit) and e.code in (0, None):
             raise  # the command finished (a server that drained on SIGTERM says so itself)
+        if isinstance(e, KeyboardInterrupt) or (isinstance(e, SystemExit) and e.code == 130):
+            # (typer turns Ctrl-C into exit 130, silently)
+            err.print(
+                "[yellow]interrupted[/yellow] (Ctrl-C): what was committed stays (lake parts, "
+                "a training run's last checkpoint), what was being written was discarded; rerun "
+                "the same command to continue"
+            )
+            raise SystemExit(130) from None
         if stop.requested():  # whatever the stop looked like on its way out (Prefect's own
             # TerminationSignal, Stopped, a failed flow): one clear message and 128 + SIGTERM
             err.print(

@@ -34,6 +34,8 @@ from trainer.config import COMMAND_LINE, SFTTrainConfig, TrainConfig
     "tools",
     "seed",
     "lora_rank",
+    "checkpoint_every",
+    "checkpoint_minutes",
     required=("dataset",),
 )
 def sft(config: SFTTrainConfig) -> None:

@@ -281,3 +281,18 @@ def test_an_option_shows_its_field_docstring_and_default():
     r = CliRunner().invoke(app, ["dedup", "--help"], terminal_width=200)
     assert field_docs(DedupConfig)["threshold"] in " ".join(r.output.split())
     assert "[default: 0.8]" in r.output
+
+
+def test_h_is_help_everywhere_and_version_prints_the_package_version():
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    runner = CliRunner()
+    for args in (["-h"], ["run", "-h"], ["sft", "-h"], ["model", "import", "-h"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0 and "Usage" in res.output, (args, res.output)
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"flow-rl-data {version('flow-rl-data')}"

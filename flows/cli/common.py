@@ -17,11 +17,36 @@ from rich.text import Text
 from pipeline.lake import Lake
 from pipeline.terminal import clean, esc
 
+HELP = {"help_option_names": ["-h", "--help"]}  # -h as well, on every command
+
 app = typer.Typer(
     help="Agent trajectories -> canonical lake -> RL datasets -> GRPO-TCR.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=HELP,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"flow-rl-data {version('flow-rl-data')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Agent trajectories -> canonical lake -> RL datasets -> GRPO-TCR."""
+
+
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli.common import LakeOpt, app, console, err, stage_progress
+from flows.cli.common import HELP, LakeOpt, app, console, err, stage_progress
 from flows.options import configured
 from pipeline.lake import resolve_root
 from pipeline.model_import.config import ImportConfig
 from pipeline.terminal import esc
 
 model_app = typer.Typer(
-    help="Models from local files (no hub): import a GGUF file.", no_args_is_help=True
+    help="Models from local files (no hub): import a GGUF file.",
+    no_args_is_help=True,
+    context_settings=HELP,
 )
 app.add_typer(model_app, name="model")
 

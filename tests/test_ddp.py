@@ -141,6 +141,11 @@ def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     logged = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(logged) == 2  # one logger (rank 0)
+    # and one progress line a step, from rank 0 only (it printed nothing until the end)
+    lines = [x for x in res.stderr.splitlines() if x.startswith("train step ")]
+    assert [x.split(":")[0] for x in lines] == ["train step 1/2", "train step 2/2"], res.stderr[
+        -2000:
+    ]
     for m in logged:  # both ranks' halves: every question in play, retired or backed off
         in_play = sum(m["adaptive_pool"].values())
         assert in_play + m["adaptive_retired"] + m["adaptive_backed_off"] == 8

@@ -22,9 +22,20 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 def main(config: TrainConfig) -> None:
     """GRPO-TCR on a dataset's RL split, on every process torchrun starts (resumes from
     OUT/checkpoint-latest)."""
+    import sys
+
     from trainer.train import train
 
-    train(config)
+    def progress(m: dict) -> None:  # one line a step from rank 0: a long run is never silent
+        if os.environ.get("RANK", "0") == "0":
+            print(
+                f"train step {m['step']}/{config.steps}: reward {m['reward_mean']:.3f}, "
+                f"accuracy {m['accuracy']:.3f}, {m['step_time']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    train(config, on_step=progress)
 
 
 if __name__ == "__main__":

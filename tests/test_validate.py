@@ -318,6 +318,16 @@ def test_data_docs_index_names_every_expectation(shared_lake):
         for rule in rules_for(table):
             assert rule.name in page, (table, rule.name)
     assert result.docs_index.endswith("index.html")
+    # GX's index draws its tables with scripts from CDNs (blank offline); summary.html beside it
+    # is self-contained: every table's counts and every expectation, no remote script or style
+    assert "https://code.jquery.com" in html
+    offline = Path(f"{docs}/summary.html").read_text()
+    assert "<script" not in offline and "http" not in offline
+    for table in ("trajectories", "questions", "attempts"):
+        assert f"<td>{table}</td><td>{result.tables[table]['rows']}</td>" in offline
+        for rule in rules_for(table):
+            assert f"<td>{rule.name}</td>" in offline, rule.name
+        assert f'href="expectations/{table}.html"' in offline
 
 
 def test_real_data_quirks_pass_validation_as_documented(shared_lake):

@@ -185,7 +185,13 @@ def _print_validate(out: dict) -> None:
     else:
         console.print("[green]every expectation passed on the rows validated in this run[/green]")
     if out.get("docs_index"):
-        console.print(f"Data Docs: [bold]{esc(out['docs_index'])}[/bold]")
+        offline = out["docs_index"].rsplit("/", 1)[0] + "/summary.html"
+        console.print(
+            f"Validation report: [bold]{esc(offline)}[/bold] (self-contained); "
+            f"Great Expectations Data Docs: {esc(out['docs_index'])} (their scripts and styles "
+            "come from CDNs)",
+            soft_wrap=True,
+        )
     print_stage("validate", out)
 
 

@@ -133,8 +133,11 @@ def write_report(
            GROUP BY ALL ORDER BY n DESC, flag LIMIT 20""",
     )
     docs = lake.path("reports", "validation", "index.html")
+    offline = lake.path("reports", "validation", "summary.html")
     link = (
-        f'<p>Great Expectations Data Docs: <a href="{html.escape(docs)}">{html.escape(docs)}</a></p>'
+        f'<p>Validation report: <a href="{html.escape(offline)}">{html.escape(offline)}</a> '
+        f'(self-contained); Great Expectations Data Docs: <a href="{html.escape(docs)}">'
+        f"{html.escape(docs)}</a> (their scripts come from CDNs)</p>"
         if lake.fs.exists(docs)
         else ""
     )

@@ -12,6 +12,8 @@ the old results. Per table: rows in = rows passed + rows quarantined.
 from __future__ import annotations
 
 import contextlib
+import html
+import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterator
@@ -241,13 +243,82 @@ def validate(lake: Lake, config: ValidateConfig | None = None) -> ValidateResult
             )
 
     docs_index = None
+    result = ValidateResult(
+        version, {t: dict(c) for t, c in counts.items()}, list(rule_counts.values()), None
+    )
     if runner is not None and docs_dir:
         runner.build_docs()
+        with open(os.path.join(docs_dir, OFFLINE_PAGE), "w") as f:
+            f.write(offline_html(result, docs_dir))
         if not lake.is_local:
             lake.fs.put(docs_dir, lake.path("reports", "validation"), recursive=True)
         docs_index = lake.path("reports", "validation", "index.html")
-    return ValidateResult(
-        version, {t: dict(c) for t, c in counts.items()}, list(rule_counts.values()), docs_index
+    result.docs_index = docs_index
+    return result
+
+
+OFFLINE_PAGE = "summary.html"
+"""Beside GX's Data Docs (whose index loads jQuery, Bootstrap and bootstrap-table from CDNs, and
+shows an empty page offline): one self-contained page, no script, no remote style."""
+
+
+def offline_html(result: ValidateResult, docs_dir: str) -> str:
+    """This run's counts per table and per expectation, and links to GX's pages of the suites
+    and validation results (those render their own results server-side: readable offline)."""
+    e = html.escape
+
+    def table(head: list[str], rows: list[list]) -> str:
+        return (
+            "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>"
+        )  # fmt: skip
+
+    tables = table(
+        ["table", "rows", "passed", "quarantined", "flagged", "parts validated", "parts skipped"],
+        [
+            [
+                t,
+                c["rows"],
+                c["passed"],
+                c["quarantined"],
+                c["flagged"],
+                c["parts"] - c["parts_skipped"],
+                c["parts_skipped"],
+            ]
+            for t, c in result.tables.items()
+        ],  # fmt: skip
+    )
+    rules = table(
+        ["table", "expectation", "severity", "evaluated", "passed", "failed"],
+        [
+            [
+                r["table"],
+                r["rule"],
+                r["severity"],
+                r["evaluated"],
+                r["evaluated"] - r["failed"],
+                r["failed"],
+            ]
+            for r in result.rule_rows()
+        ],  # fmt: skip
+    )
+    pages = sorted(
+        os.path.relpath(os.path.join(d, n), docs_dir)
+        for d, _, names in os.walk(docs_dir)
+        for n in names
+        if n.endswith(".html") and n != OFFLINE_PAGE and d != docs_dir
+    )
+    links = "".join(f'<li><a href="{e(p)}">{e(p)}</a></li>' for p in pages)
+    style = (
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Validation</title>"
+        f"<style>{style}</style></head><body><h1>Validation (suite {e(result.suite_version)})</h1>"
+        f"<h2>Tables</h2>{tables}<h2>Expectations</h2>{rules}"
+        f"<h2>Great Expectations pages</h2><ul>{links}</ul></body></html>\n"
     )
 
 

@@ -57,3 +57,19 @@ def test_the_cli_refuses_a_bad_dedup_option_before_prefect_starts(tmp_path):
     assert "backend must be one of auto, datasketch, rensa" in r.output
     assert not (tmp_path / "tables").exists()  # nothing ran
     assert time.perf_counter() - t0 < 30  # no Prefect server was started for it (a hang bound)
+
+
+def test_a_dataset_name_where_a_folder_is_meant_gets_the_folder_named(tmp_path, monkeypatch):
+    """`flow run --dataset` takes a name, `flow sft`/`flow train --dataset` a folder: a name
+    given to the latter names the newest version's folder in its error."""
+    from trainer.config import SFTTrainConfig, TrainConfig
+
+    for v in ("v1", "v2", "v10"):
+        (tmp_path / "lake/datasets/demo" / v / "rl").mkdir(parents=True)
+    monkeypatch.setenv("FLOW_LAKE", str(tmp_path / "lake"))
+    newest = tmp_path / "lake/datasets/demo/v10"
+    with pytest.raises(ValueError, match=f"did you mean --dataset {newest} "):
+        SFTTrainConfig(dataset="demo").check_inputs()
+    with pytest.raises(ValueError, match="has no rl/ shards") as e:
+        TrainConfig(dataset="nothing-here", model=str(tmp_path)).check_inputs()
+    assert "did you mean" not in str(e.value)

@@ -359,9 +359,17 @@ def check_model_folder(model: str, what: str = "model") -> None:
 def check_dataset_split(dataset: str, split: str) -> None:
     """A published dataset folder with the split a trainer reads."""
     if not (Path(dataset) / split).is_dir():
+        # a dataset's name where its folder was meant (flow run takes names): say the folder
+        import os
+
+        named = Path(os.environ.get("FLOW_LAKE") or "data/lake") / "datasets" / dataset
+        versions = sorted(
+            (p for p in named.glob("v*") if p.name[1:].isdigit()), key=lambda p: int(p.name[1:])
+        )
+        hint = f"; did you mean --dataset {versions[-1]} (its newest version)?" if versions else ""
         raise ValueError(
             f"dataset {dataset} has no {split}/ shards (a published dataset folder, "
-            "<lake>/datasets/<name>/v<N>; build one with `flow build`)"
+            f"<lake>/datasets/<name>/v<N>; build one with `flow build`){hint}"
         )
 
 

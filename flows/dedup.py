@@ -61,6 +61,9 @@ def markdown(result: DedupResult) -> str:
         f"| {r['source']} | {r['trajectories']} | {r['exact_duplicates']} | {r['near_duplicates']} |"
         for r in result.per_source
     ]
+    if not result.largest_clusters:
+        lines += ["", "No question has a near-duplicate: every cluster is a single question."]
+        return "\n".join(lines)
     lines += [
         "",
         "Largest question clusters:",

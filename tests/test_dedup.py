@@ -391,3 +391,15 @@ def test_answers_of_attempts_and_trajectories_keep_their_type(tmp_path, shared):
     assert compute_score(None, "The correct option is (B).", row["ground_truth"], info) == 1.0
     assert compute_score(None, "So the answer is \\boxed{B}.", row["ground_truth"], info) == 1.0
     assert compute_score(None, "The correct option is (C).", row["ground_truth"], info) == 0.0
+
+
+def test_largest_clusters_list_only_questions_with_copies(tmp_path):
+    """Without any duplicate the "largest clusters" were ten singletons: now none, said so."""
+    from flows.dedup import markdown
+
+    make_pool(
+        tmp_path, "distinct", [f"How many apples are in {n} baskets of {n + 3}?" for n in range(5)]
+    )
+    res = run(Lake(str(tmp_path / "lake")), [str(tmp_path / "in")])
+    assert res.largest_clusters == []
+    assert "No question has a near-duplicate" in markdown(res)

@@ -525,7 +525,10 @@ def dedup(lake: Lake, config: DedupConfig | None = None) -> DedupResult:
         "current",
         pa.Table.from_pylist(uniq, schema=lake_schema("unique_questions")),
     )
-    largest = sorted(uniq, key=lambda u: (-u["n_members"], u["question_id"]))[:10]
+    # a cluster of one question is no duplicate: only clusters with copies are "largest"
+    largest = sorted(
+        (u for u in uniq if u["n_members"] > 1), key=lambda u: (-u["n_members"], u["question_id"])
+    )[:10]
     per_source = query(
         lake,
         """SELECT t.source, count(*) AS trajectories, count(*) FILTER (WHERE c.method = 'exact') AS exact_duplicates,

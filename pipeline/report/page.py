@@ -164,10 +164,16 @@ def write_report(
     largest = rows_of(
         con,
         """SELECT n_members, array_to_string(sources, ', ') sources, left(question, 100) question
-           FROM unique_questions ORDER BY n_members DESC, question_id LIMIT 10""",
-    )
+           FROM unique_questions WHERE n_members > 1 ORDER BY n_members DESC, question_id LIMIT 10""",
+    )  # a "cluster" of one is no duplicate: listed only when some question has copies
     sections.append(
-        "<h2>Dedup</h2>" + _table(dd) + "<p>Largest question clusters:</p>" + _table(largest)
+        "<h2>Dedup</h2>"
+        + _table(dd)
+        + (
+            "<p>Largest question clusters:</p>" + _table(largest)
+            if largest
+            else "<p>No question has a near-duplicate: every cluster is a single question.</p>"
+        )
     )
     if sft:
         png = _read(f"{sft['out']}/sft_curves.png")

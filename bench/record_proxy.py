@@ -231,6 +231,12 @@ def main() -> None:
     )
     print(f"  records in the log {recorded} of {p['answered']} answered through the proxy: "
           f"{p['answered'] - recorded} lost")  # fmt: skip
+    # every answer the clients got has its delivery line ("seen"); the proxy stopped, so none
+    # is in flight
+    delivery: dict = {}
+    for r in records:
+        delivery[r.get("delivery")] = delivery.get(r.get("delivery"), 0) + 1
+    print(f"  delivery lines: {dict(sorted(delivery.items(), key=str))}")
 
 
 if __name__ == "__main__":

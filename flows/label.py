@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
@@ -134,5 +134,8 @@ def label_flow(lake: str | None = None, config: LabelConfig | None = None) -> di
     create_markdown_artifact(
         key="pass-rates", markdown="\n".join(lines), description=f"Labels in {lk.root}"
     )
-    out = {"lake": lk.root, "state": state, "stats": stats, "histogram": hist}
+    warnings = stats.pop("warnings", [])  # said by the CLI, the logs and the run report
+    for w in warnings:
+        get_run_logger().warning(w)
+    out = {"lake": lk.root, "state": state, "stats": stats, "histogram": hist, "warnings": warnings}
     return out | ({"judge": judged, "judge_signal": signal} if judged is not None else {})

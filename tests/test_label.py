@@ -4,6 +4,7 @@ loop with a tiny model, stored with tokens and masks, resumable."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -75,6 +76,18 @@ def test_live_rollouts_store_tokens_masks_and_resume(labelled, tiny_model):
     cfg = _live(tiny_model, limit=4)
     first = label(lake, cfg)
     assert first["labelled_now"] == 4 and first["episodes"] == 32
+    # the questions it cannot label are counted with their reasons, and the counts add up
+    [why] = first["warnings"]
+    total = query(lake, "SELECT count(*) n FROM unique_questions").to_pylist()[0]["n"]
+    counts = [int(x) for x in re.findall(r"(?:: |, )(\d+) ", why)]
+    assert first["questions"] + sum(counts) == total, why
+    tau = query(
+        lake,
+        "SELECT count(*) n FROM unique_questions WHERE list_contains(sources, 'tau_bench') "
+        "AND ground_truth IS NOT NULL",
+    ).to_pylist()[0]["n"]  # the trials' expected actions
+    assert re.search(r"(\d+) have a ground truth no verifier reads", why)
+    assert int(re.search(r"(\d+) have a ground truth no verifier reads", why)[1]) >= tau > 0
     rows = query(lake, "SELECT * FROM rollouts").to_pylist()
     assert len(rows) == 32
     for r in rows:

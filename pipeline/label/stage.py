@@ -125,7 +125,37 @@ def planned(
     already = len(done & {q["question_id"] for q in qs})
     if config.limit is not None:  # at most `limit` questions labelled for this policy and config
         todo = shared_fairly(todo, config.datasets)[: max(0, config.limit - already)]
-    return todo, {"questions": len(qs), "already_labelled": already}
+    stats = {"questions": len(qs), "already_labelled": already}
+    left_out = not_labellable(lake, config.include_eval)
+    total = query(lake, "SELECT count(*) AS n FROM unique_questions").to_pylist()[0]["n"]
+    if config.datasets is None and (rest := total - len(qs) - sum(left_out.values())) > 0:
+        left_out[
+            "are function-calling questions without tools or of categories the verdicts do not cover"
+        ] = rest
+    if left_out:
+        stats["warnings"] = [
+            f"{sum(left_out.values())} unique questions cannot be labelled live: "
+            + ", ".join(f"{n} {why}" for why, n in left_out.items())
+        ]
+    return todo, stats
+
+
+NOT_LABELLABLE = """
+SELECT count(*) FILTER (WHERE ground_truth IS NULL) AS "have no ground truth",
+       count(*) FILTER (WHERE ground_truth IS NOT NULL AND answer_type IS NULL)
+         AS "have a ground truth no verifier reads (an environment outcome, e.g. tau-bench's actions)",
+       count(*) FILTER (WHERE ground_truth IS NOT NULL AND answer_type IS NOT NULL
+                        AND NOT train_eligible AND NOT {include_eval})
+         AS "are evaluation-set questions (kept out of training)"
+FROM unique_questions
+"""
+
+
+def not_labellable(lake: Lake, include_eval: bool = False) -> dict[str, int]:
+    """Why unique questions are not labelled live, counted (the reasons that apply): before,
+    `flow label --policy` labelled 0 of 842 trace questions without saying why."""
+    row = query(lake, NOT_LABELLABLE.format(include_eval=str(include_eval).lower())).to_pylist()
+    return {k: v for k, v in (row[0] if row else {}).items() if v}
 
 
 def shared_fairly(todo: list[dict], names: tuple[str, ...]) -> list[dict]:

@@ -117,7 +117,7 @@ def label_flow(lake: str | None = None, config: LabelConfig | None = None) -> di
     lines = [
         "# Pass rates",
         "",
-        f"{stats}",
+        ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in stats.items()),
         "",
         "| source | pass rate | questions |",
         "|---|---|---|",

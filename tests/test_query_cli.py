@@ -286,7 +286,11 @@ def test_stages_run_out_of_order_say_what_is_missing(tmp_path):
     assert res.exit_code == 2 and "the judge scores live rollouts: give a policy" in out
     assert "Invalid value for --policy" in out
     assert runner.invoke(app, ["label", "--lake", lake]).exit_code == 0
-    assert runner.invoke(app, ["build", "--lake", lake]).exit_code == 0
+    res = runner.invoke(app, ["build", "--lake", lake])
+    assert res.exit_code == 0, res.output
+    # written as people write it, not as Python prints a dict
+    line = next(x for x in res.output.splitlines() if x.strip().startswith("pyramid"))
+    assert "{" not in line and "'" not in line and "targets easy 0.3, medium 0.5, hard 0.2" in line
 
 
 def test_decontamination_with_no_evaluation_set_says_so(tmp_path):

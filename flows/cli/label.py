@@ -106,16 +106,27 @@ def label(config: LabelConfig, runner: RunnerConfig, lake: LakeOpt = None) -> No
     _print_label(out)
 
 
+def plain(value) -> str:
+    """A mapping as people write it ("easy 0.3, medium 0.5"), not as Python prints it."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {plain(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(map(plain, value))
+    return str(value)
+
+
 def _print_build(m: dict) -> None:
     rl = m["rl"]
     print_stage("build", m)
     console.print(f"  labels: {esc(rl['label_source'])}")
     console.print(
-        f"  pyramid {esc(rl['pyramid'])} (targets {esc(rl['targets'])}); supply {esc(rl['supply'])}; dropped {esc(rl['dropped'])}"
+        f"  pyramid {esc(plain(rl['pyramid']))} (targets {esc(plain(rl['targets']))}); "
+        f"supply {esc(plain(rl['supply']))}; dropped {esc(plain(rl['dropped']) or 'none')}"
     )
     if rl["short_bins"]:
         console.print(
-            f"  [yellow]short bins[/yellow] {esc(rl['short_bins'])}: the largest dataset meeting the ratios has {rl['largest_size_meeting_ratios']} questions"
+            f"  [yellow]short bins[/yellow] {esc(plain(rl['short_bins']))}: the largest dataset "
+            f"meeting the ratios has {rl['largest_size_meeting_ratios']} questions"
         )
     div = rl.get("diversity")
     if div:

@@ -35,10 +35,14 @@ def find_record(lake: Lake, record_id: str) -> tuple[str, dict] | None:
     """(table, row) for a trajectory id, or a record id of a trajectory, a pool question or an
     attempt (what a dataset's RL and SFT rows name as their lineage), by exact id or a unique
     prefix (at least 6 characters)."""
-    row = find_trajectory(lake, record_id)
+    row = find_trajectory(lake, record_id)  # checks the id is hex, 6+ characters
     if row is not None:
         return "trajectories", row
     key = record_id.lower()
+    if len(key) < 6 or not all(c in "0123456789abcdef" for c in key):  # never SQL from input
+        raise ValueError(
+            "give a trajectory or record id (hex) or a prefix of at least 6 characters"
+        )
     hits = [
         (table, r)
         for table in ("trajectories", "questions", "attempts")

@@ -354,6 +354,13 @@ def test_the_packaged_lists_hold_every_question_of_their_sets(shared):
     }
     assert known_evals.by_path("tau_bench/few_shot_data/MockRetailDomainEnv.jsonl") == set()
     assert known_evals.by_dataset("bfcl_simple") == {"bfcl"}
+    for ordinary in (  # words that merely contain a set's name, or a far parent folder
+        "questions/gsm8k/latest.jsonl",
+        "tau_bench/runs/contest_latest.json",
+        "data/openmath_500k/train.jsonl",
+        "/home/u/bfcl-finetune/data/runs/2024/a/b.jsonl",
+    ):
+        assert known_evals.by_path(ordinary) == set(), ordinary
 
 
 def test_answers_of_attempts_and_trajectories_keep_their_type(tmp_path, shared):

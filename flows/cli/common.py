@@ -29,9 +29,13 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import version
+        from importlib.metadata import PackageNotFoundError, version
 
-        console.print(f"flow-rl-data {version('flow-rl-data')}")
+        try:
+            v = version("flow-rl-data")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            v = "(not installed: run `make setup`)"
+        console.print(f"flow-rl-data {v}")
         raise typer.Exit()
 
 

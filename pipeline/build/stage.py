@@ -250,6 +250,10 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
         # publishes nothing.
         latest["path"] = lake.path("datasets", name, f"v{latest['version']}")
         latest["unchanged"] = True
+        # this run's label-source warning, and the version's own empty-split warnings
+        latest["warnings"] = warnings + [
+            w for w in latest.get("warnings", []) if not w.startswith("labels:")
+        ]
         return latest
     # the diversity profile beside the previous version's (None for v1, or a version built
     # before the diversity sampler)

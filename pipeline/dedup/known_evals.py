@@ -46,25 +46,34 @@ LISTS = {
 _PREFIX = 16  # hex digits of a question id kept in the lists (64 bits: no chance collision)
 
 # a test-split path: a segment naming the set, then (for sets with a train split) a segment or
-# file name starting with "test"
+# file name that is "test" or starts with it as a word ("test_tora", "test-00", not "testing",
+# "latest" or "contest"); names end at a non-alphanumeric character ("math500", not
+# "openmath_500k")
+_T = r"test(?:[-_.][^/]*)?$"
+_END = r"(?![0-9a-z])"
 _PATHS: tuple[tuple[str, re.Pattern], ...] = (
-    ("gsm8k/test", re.compile(r"gsm8k[^/]*/(?:[^/]+/)*test[^/]*$|gsm8k[-_.]test")),
-    ("math500", re.compile(r"math[-_]?500")),
-    ("aime2024", re.compile(r"aime[-_]?(?:20)?24(?!\d)")),
-    ("aime2025", re.compile(r"aime[-_]?(?:20)?25(?!\d)")),
-    ("amc2023", re.compile(r"amc[-_]?(?:20)?23(?!\d)")),
-    ("gpqa", re.compile(r"gpqa")),
-    ("bfcl", re.compile(r"bfcl|berkeley-function-call-leaderboard")),
+    ("gsm8k/test", re.compile(rf"(?:^|/)gsm8k[^/]*/(?:[^/]+/)*{_T}|gsm8k[-_.]test{_END}")),
+    ("math500", re.compile(rf"(?:^|[^0-9a-z])math[-_]?500{_END}")),
+    ("aime2024", re.compile(rf"(?:^|[^0-9a-z])aime[-_]?(?:20)?24{_END}")),
+    ("aime2025", re.compile(rf"(?:^|[^0-9a-z])aime[-_]?(?:20)?25{_END}")),
+    ("amc2023", re.compile(rf"(?:^|[^0-9a-z])amc[-_]?(?:20)?23{_END}")),
+    ("gpqa", re.compile(r"(?:^|[^0-9a-z])gpqa")),
+    ("bfcl", re.compile(r"(?:^|[^0-9a-z])bfcl|berkeley-function-call-leaderboard")),
     # tau-bench's airline domain has only test tasks; retail's test split is tasks_test
-    ("tau_bench/test", re.compile(r"tau[-_]?bench/(?:[^/]+/)*[^/]*(?:airline|test)[^/]*$")),
+    (
+        "tau_bench/test",
+        re.compile(r"tau[-_]?bench/(?:[^/]+/)*[^/]*(?:airline|(?:^|[-_./])test(?:[-_.]|$))[^/]*$"),
+    ),
 )
+_DEPTH = 4  # path segments read, from the file up: a far parent (~/bfcl-finetune/) says nothing
 
 
 def by_path(uri: str | None) -> set[str]:
-    """The well-known evaluation sets a source file's path says it holds."""
+    """The well-known evaluation sets a source file's path says it holds (its last few
+    segments: the file and the folders it sits in)."""
     if not uri:
         return set()
-    path = uri.replace("\\", "/").lower()
+    path = "/".join(uri.replace("\\", "/").lower().split("/")[-_DEPTH:])
     return {name for name, pattern in _PATHS if pattern.search(path)}
 
 
@@ -72,7 +81,7 @@ def by_dataset(name: str | None) -> set[str]:
     """A question pool's dataset name read as a well-known set (``bfcl_simple`` -> bfcl)."""
     if not name:
         return set()
-    return by_path("/" + name + "/") | ({"bfcl"} if name.lower().startswith("bfcl") else set())
+    return by_path("/" + name) | ({"bfcl"} if name.lower().startswith("bfcl") else set())
 
 
 def _file(name: str) -> Path:

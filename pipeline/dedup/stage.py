@@ -267,7 +267,9 @@ def _in_eval(
     return held, opted
 
 
-def known_eval_warnings(seen: dict[str, Counter], trained: Counter) -> list[str]:
+def known_eval_warnings(
+    seen: dict[str, Counter], trained: Counter, eval_sets: tuple[str, ...]
+) -> list[str]:
     """What the recognition found, said loudly: items of well-known evaluation sets that came
     in under other names (held out), and those this run trains on because the user left their
     set out of ``eval_sets``."""
@@ -281,7 +283,7 @@ def known_eval_warnings(seen: dict[str, Counter], trained: Counter) -> list[str]
         )
 
     out = []
-    held = {k: v for k, v in seen.items() if k not in trained}
+    held = {k: v for k, v in seen.items() if k in eval_sets}
     if held:
         out.append(
             f"{sum(sum(v.values()) for v in held.values())} questions from trajectories, attempts "
@@ -364,9 +366,8 @@ def dedup_questions(
                         "cluster_size": len(mem),
                     }
                 )
-        if not cluster_evals:
-            for i in mem:
-                trained.update(both[i][1])
+        if not cluster_evals:  # one train-eligible question: counted once, per set it is in
+            trained.update(set().union(*(both[i][1] for i in mem)))
         r = items[rep]
         truth = next(
             (items[i]["ground_truth"] for i in [rep, *mem] if items[i]["ground_truth"] is not None),
@@ -405,13 +406,18 @@ def dedup_questions(
         question_pairs_verified=len(pairs),
         question_signatures_computed=new,
         questions_in_eval_sets=sum(u["in_eval_set"] for u in uniq),
-        eval_sets_found=len({e for ev in evals for e in ev}),
+        # evaluation sets whose own questions are in the lake (a pool): only then were
+        # near-duplicates checked (recognised items alone are exact copies)
+        eval_sets_found=len(
+            {e for r in items if r["from_pool"] for e in _pool_sets(r, config.eval_sets)}
+            & set(config.eval_sets)
+        ),
         questions_contaminated=sum(1 for r in rows if r["scope"] == "contamination"),
         questions_train_eligible=sum(u["train_eligible"] for u in uniq),
         questions_recognised_as_eval=sum(sum(c.values()) for c in seen.values()),
         questions_trained_on_eval_sets=sum(trained.values()),
     )
-    warnings.extend(known_eval_warnings(seen, trained))
+    warnings.extend(known_eval_warnings(seen, trained, config.eval_sets))
     return rows, uniq, rep_of
 
 

@@ -76,9 +76,10 @@ def _response_headers(headers: Any, request_id: str | None) -> dict[str, str]:
 
 
 class DeliveredResponse(Response):
-    """A recorded call's answer whose delivery is logged: the body goes out, the connection is
-    drained (uvicorn waits for its buffer to empty before the next send), and whether the client
-    was still there then is passed to ``delivered``."""
+    """A recorded call's answer whose delivery is logged: the body goes out, then an empty
+    chunk (uvicorn drains a paused connection before a send: a body it could not hand to the
+    socket holds the delivery line back), and whether the client was still there then is
+    passed to ``delivered``."""
 
     def __init__(self, content: bytes, status: int, headers: dict, delivered: Any) -> None:
         super().__init__(content, status, headers)
@@ -298,7 +299,7 @@ class Recorder:
         and its delivery line once the client has been handed all of it (or went away)."""
         asm = StreamAssembler(kind)
         held: list[bytes] = []
-        done = whole = False
+        whole = storing = False
         try:
             async for chunk in up.content.iter_any():
                 events = asm.feed(chunk)
@@ -313,16 +314,18 @@ class Recorder:
             if asm.buf:
                 held.append(asm.buf)
             ttft = None if asm.first_event_at is None else asm.first_event_at - t0
+            # the write completes even if the client leaves meanwhile (its future cannot be
+            # cancelled): from here on, the call's outcome is its delivery line
+            storing = True
             await self._store(
                 record(up.status, None, ttft=ttft, sse=asm.sse()) | {"delivery": "pending"}
             )
-            done = True
             for event in held:
                 yield event
             whole = True
         finally:
             up.release()
-            if done:
+            if storing:
                 self._delivered(rid, whole)
             else:  # the client went away, or the upstream broke: kept, not acknowledged
                 self.failed += 1

@@ -154,6 +154,10 @@ class WAL:
                     pending[r["request_id"]] = None
                 elif isinstance(r.get("delivery_of"), str):
                     pending.pop(r["delivery_of"], None)
+        for path in segments(os.path.join(self.folder, DONE)) if pending else []:
+            for r in read_segment(path).records:  # a call's line archived before the call
+                if isinstance(r.get("delivery_of"), str):
+                    pending.pop(r["delivery_of"], None)
         archived = segments(os.path.join(self.folder, DONE))  # numbers are never reused
         self._seq = max(int(os.path.basename(p)[:-6]) for p in [*existing, *archived, "0.jsonl"])
         self._fd = -1
@@ -271,6 +275,12 @@ class LogState:
     outcome_segment_of: dict[str, str] = field(default_factory=dict)  # delivery lines' segments
 
 
+def _outcome(line: dict) -> str:
+    """A delivery line's outcome: seen, unseen, or lost (written by the next writer for a call
+    its dead predecessor never handed over)."""
+    return "lost" if line.get("writer_died") else ("seen" if line.get("seen") else "unseen")
+
+
 def settle_delivery(records: list[dict], outcomes: dict[str, str], live: set[str]) -> None:
     """Each call waiting for a delivery line gets its outcome: the line's (``seen``, ``unseen``,
     or ``lost`` where the next writer found none), ``in_flight`` when its instance's writer is
@@ -313,11 +323,7 @@ def read_log(wal: str) -> LogState:
                 corrupt += r.corrupt_lines
                 for rec in r.records:
                     if isinstance(rec.get("delivery_of"), str):
-                        outcomes[rec["delivery_of"]] = (
-                            "lost"
-                            if rec.get("writer_died")
-                            else ("seen" if rec.get("seen") else "unseen")
-                        )
+                        outcomes[rec["delivery_of"]] = _outcome(rec)
                         outcome_seg.setdefault(rec["delivery_of"], path)
                         continue
                     rid = rec.get("request_id")
@@ -327,5 +333,12 @@ def read_log(wal: str) -> LogState:
         finally:
             if fd is not None:
                 os.close(fd)
+    if any(r.get("delivery") == "pending" and r["request_id"] not in outcomes for r in records):
+        for folder in instances(wal):  # a line archived with a segment its call was not in
+            for path in segments(os.path.join(folder, DONE)):
+                for rec in read_segment(path).records:
+                    rid = rec.get("delivery_of")
+                    if isinstance(rid, str) and rid not in outcomes:
+                        outcomes[rid] = _outcome(rec)
     settle_delivery(records, outcomes, live)
     return LogState(records, sealed, torn, corrupt, seg_of, outcome_seg)

@@ -135,9 +135,14 @@ def write_report(
     docs = lake.path("reports", "validation", "index.html")
     offline = lake.path("reports", "validation", "summary.html")
     link = (
-        f'<p>Validation report: <a href="{html.escape(offline)}">{html.escape(offline)}</a> '
-        f'(self-contained); Great Expectations Data Docs: <a href="{html.escape(docs)}">'
-        f"{html.escape(docs)}</a> (their scripts come from CDNs)</p>"
+        (
+            f'<p>Validation report: <a href="{html.escape(offline)}">{html.escape(offline)}</a> '
+            "(self-contained); "
+            if lake.fs.exists(offline)
+            else "<p>"
+        )
+        + f'Great Expectations Data Docs: <a href="{html.escape(docs)}">{html.escape(docs)}</a> '
+        "(their scripts come from CDNs)</p>"
         if lake.fs.exists(docs)
         else ""
     )

@@ -79,7 +79,10 @@ def test_pipeline_is_one_flow_of_subflows_and_a_rerun_does_no_stage_work(harness
         "Dataset demo v1",
     ):
         assert f"<h2>{section}" in page
-    assert (Path(first["report"]).parent / "pass_rates.png").read_bytes()[:4] == b"\x89PNG"
+    # the pass-rate histogram once: drawn beside the pyramid, not again as its own chart
+    folder = Path(first["report"]).parent
+    assert (folder / "pyramid.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (folder / "pass_rates.png").exists() and "with the pyramid below" in page
 
     again = pipeline_flow(inputs=[demo], lake=str(lake))
     states = {k: v["state"] for k, v in again["stages"].items()}

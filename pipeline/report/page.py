@@ -201,17 +201,24 @@ def write_report(
            GROUP BY ALL ORDER BY label_source, pass_rate""",
     )
     labels = [f"{h['label_source']} {h['pass_rate']}" for h in hist]
-    sections.append(
-        _chart_section(
-            "Pass rates",
-            hist,
-            files,
-            "pass_rates.png",
-            "labelled questions per pass rate",
-            labels,
-            "questions",
+    pyramid_png = manifest and lake.fs.exists(f"{manifest.get('path', '')}/pyramid.png")
+    if pyramid_png and len({h["label_source"] for h in hist}) == 1:
+        # the dataset's pyramid.png draws this histogram beside the pyramid: not twice
+        sections.append(
+            "<h2>Pass rates</h2>" + _table(hist) + "<p>(chart: with the pyramid below)</p>"
         )
-    )
+    else:
+        sections.append(
+            _chart_section(
+                "Pass rates",
+                hist,
+                files,
+                "pass_rates.png",
+                "labelled questions per pass rate",
+                labels,
+                "questions",
+            )
+        )
     if manifest:
         rl, sft = manifest["rl"], manifest["sft"]
         pyramid = [
@@ -280,7 +287,8 @@ def write_report(
                 | {m: round(table[1][m] - table[0][m], 4) for m in metrics}
             )
         sections.append(
-            f"<h2>Evaluation: before and after</h2><p>{ev['questions']} held-out questions of "
+            f"<h2>Evaluation: before and after, {html.escape(ev['eval_set'])}</h2>"
+            f"<p>{ev['questions']} held-out questions of "
             f"<code>{html.escape(ev['eval_set'])}</code> (also in the lake's <code>evals</code> table).</p>"
             + _table(table)
         )

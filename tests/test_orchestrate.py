@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -366,7 +367,15 @@ def test_training_stage_adds_curves_to_the_report(harness, demo, tiny_model, tmp
     assert out["stages"]["train"]["steps"] == 1
     folder = Path(out["report"]).parent
     assert (folder / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    assert "<h2>Training" in Path(out["report"]).read_text()
+    page = Path(out["report"]).read_text()
+    assert "<h2>Training" in page
+    # the last step's metrics one per row (a single row of ~35 columns ran off the page), and
+    # the manifest's file table aligned: a JSON file's missing row count is an empty cell
+    training = page.split("<h2>Training")[1].split("<h2>")[0]
+    assert "<th>metric</th><th>value</th>" in training and "<td>accuracy</td>" in training
+    for table in re.findall(r"<table>.*?</table>", page):
+        widths = {row.count("<td>") + row.count("<th>") for row in table.split("<tr>")[1:]}
+        assert len(widths) == 1, table[:300]
 
 
 def test_prefect_yaml_deploys_the_same_deployments_as_the_serve_config(harness, tmp_path):

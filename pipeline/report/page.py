@@ -28,12 +28,15 @@ def stage_rows(stages: dict[str, dict]) -> list[dict]:
 def _table(rows: list[dict], max_chars: int = 120) -> str:
     if not rows:
         return "<p class=dim>none</p>"
-    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in rows[0])
+    # every key any row has, in order of first appearance: rows with a column fewer (a JSON
+    # file has no row count beside the Parquet shards) stay aligned, the cell left empty
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(f"<th>{html.escape(str(k))}</th>" for k in cols)
     body = "".join(
         "<tr>"
         + "".join(
-            f"<td>{html.escape(str(v) if v is not None else '')[:max_chars]}</td>"
-            for v in r.values()
+            f"<td>{html.escape(str(r[k]) if r.get(k) is not None else '')[:max_chars]}</td>"
+            for k in cols
         )
         + "</tr>"
         for r in rows
@@ -268,8 +271,14 @@ def write_report(
         if curves:
             files["curves.png"] = curves
         sections.append(
-            "<h2>Training</h2>"
-            + _table([{k: v for k, v in (training.get("last") or {}).items()}])
+            "<h2>Training</h2><p>The last step's metrics:</p>"
+            # one row per metric: a row of some 35 columns ran off the page
+            + _table(
+                [
+                    {"metric": k, "value": round(v, 4) if isinstance(v, float) else v}
+                    for k, v in (training.get("last") or {}).items()
+                ]
+            )
             + ('<img src="curves.png">' if "curves.png" in files else "")
         )
 

@@ -48,7 +48,8 @@ def query(
     from pipeline.lake.query_process import bounded_stream
 
     out, format, limit = config.out, config.format, config.limit
-    _require_lake(lake)
+    if reads_lake_tables(sql):  # SQL over no table (range(), literals) runs anywhere
+        _require_lake(lake)
     try:
         batches = bounded_stream(Lake(lake), sql, config)
         if out:
@@ -84,6 +85,17 @@ def query(
             f"[yellow]{more} more row(s) not shown[/yellow]; use --limit N (0: all), or "
             "--format parquet --out FILE for every row"
         )
+
+
+def reads_lake_tables(sql: str) -> bool:
+    """Whether the SQL names one of the lake's tables or views (as a word)."""
+    import re
+
+    from pipeline.lake.query import VIEWS
+    from schemas import TABLES
+
+    names = "|".join(sorted({*TABLES, *VIEWS}, key=len, reverse=True))
+    return re.search(rf"(?<![\w.'\"])(?:{names})(?![\w'\"])", sql, re.IGNORECASE) is not None
 
 
 def _require_lake(lake: str | None) -> None:

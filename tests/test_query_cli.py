@@ -345,7 +345,7 @@ def test_dedup_summary_adds_up_and_says_what_it_held_out(tmp_path, shared):
     assert res.exit_code == 0, res.output
     got = {}
     for scope in ("questions (rows)", "trajectories"):
-        line = next(x for x in res.output.splitlines() if scope in x)
+        line = next(x for x in res.output.splitlines() if x.startswith(f"│ {scope} "))
         got[scope] = tuple(map(int, re.findall(r"\d+", line.split(scope)[1])))
         n_in, kept, exact, near = got[scope]
         assert n_in == kept + exact + near > 0, line

@@ -160,6 +160,13 @@ def show(
     question or attempt a dataset row names."""
     from pipeline.show import find_record, render_record
 
+    key = trajectory_id.lower()
+    if len(key) < 6 or not all(c in "0123456789abcdef" for c in key):  # before the lake
+        err.print(
+            "[red]error:[/red] give a trajectory or record id (hex) or a prefix of at least 6 "
+            "characters"
+        )
+        raise typer.Exit(2)
     _require_lake(lake)
     try:
         found = find_record(Lake(lake), trajectory_id)

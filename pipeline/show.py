@@ -16,10 +16,19 @@ from pipeline.terminal import clean
 STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}
 
 
+def check_id(record_id: str) -> str:
+    """The id in lower case, if it is hex of at least 6 characters (it goes into SQL)."""
+    key = record_id.lower()
+    if len(key) < 6 or not all(c in "0123456789abcdef" for c in key):
+        raise ValueError(
+            "give a trajectory or record id (hex) or a prefix of at least 6 characters"
+        )
+    return key
+
+
 def find_trajectory(lake: Lake, trajectory_id: str) -> dict | None:
     """By exact id or a unique prefix (at least 6 characters)."""
-    if len(trajectory_id) < 6 or not all(c in "0123456789abcdef" for c in trajectory_id.lower()):
-        raise ValueError("give a trajectory id (hex) or a prefix of at least 6 characters")
+    check_id(trajectory_id)
     rows = query(
         lake,
         f"SELECT * FROM trajectories WHERE trajectory_id LIKE '{trajectory_id.lower()}%' ORDER BY source_uri, source_index LIMIT 2",
@@ -38,11 +47,7 @@ def find_record(lake: Lake, record_id: str) -> tuple[str, dict] | None:
     row = find_trajectory(lake, record_id)  # checks the id is hex, 6+ characters
     if row is not None:
         return "trajectories", row
-    key = record_id.lower()
-    if len(key) < 6 or not all(c in "0123456789abcdef" for c in key):  # never SQL from input
-        raise ValueError(
-            "give a trajectory or record id (hex) or a prefix of at least 6 characters"
-        )
+    key = check_id(record_id)  # never SQL from unchecked input
     hits = [
         (table, r)
         for table in ("trajectories", "questions", "attempts")

@@ -158,15 +158,13 @@ def show(
 ) -> None:
     """Render one trajectory (roles, reasoning, tool calls and results, reward), or the pool
     question or attempt a dataset row names."""
-    from pipeline.show import find_record, render_record
+    from pipeline.show import check_id, find_record, render_record
 
-    key = trajectory_id.lower()
-    if len(key) < 6 or not all(c in "0123456789abcdef" for c in key):  # before the lake
-        err.print(
-            "[red]error:[/red] give a trajectory or record id (hex) or a prefix of at least 6 "
-            "characters"
-        )
-        raise typer.Exit(2)
+    try:
+        check_id(trajectory_id)  # a malformed id first, before the lake is looked for
+    except ValueError as e:
+        err.print(f"[red]error:[/red] {esc(e)}")
+        raise typer.Exit(2) from None
     _require_lake(lake)
     try:
         found = find_record(Lake(lake), trajectory_id)

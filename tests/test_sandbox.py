@@ -372,10 +372,17 @@ def test_a_program_can_neither_kill_nor_stop_its_interpreter():
 
 def test_a_worker_lost_anyway_costs_only_its_own_call():
     with Sandbox(FAST, workers=1) as box:
-        os.killpg(box._all[0].proc.pid, 9)  # from outside, as the OOM killer might
-        lost = box.run("print('lost')")
-        assert not lost.ok and lost.reason == "sandbox_lost"
+        (worker,) = box._all
+        # from outside, as the OOM killer might, while a program runs in it
+        threading.Timer(0.5, os.killpg, (worker.proc.pid, 9)).start()
+        lost = box.run("import time; time.sleep(2); print('lost')")
+        assert not lost.ok and lost.reason == "sandbox_lost", lost
         assert box.run("print('next')").stdout == "next\n"
+        (idle,) = box._all
+        os.killpg(idle.proc.pid, 9)  # killed between calls: the next call gets a fresh worker
+        idle.proc.wait()
+        assert box.run("print('after')").stdout == "after\n"
+        assert box._all != [idle]
 
 
 def test_a_tree_too_deep_to_clean_retires_its_worker():

@@ -45,6 +45,7 @@ class ConfigOption:
     help: str
     argument: bool = False  # a positional argument instead of an --option
     short: str | None = None  # a one-letter alias (-f)
+    aliases: tuple[str, ...] = ()  # other flags shown first (--model for the field `policy`)
 
     @property
     def flag(self) -> str:
@@ -111,7 +112,8 @@ def _option(opt: ConfigOption) -> inspect.Parameter:
     if opt.argument:
         info = typer.Argument(help=opt.help, show_default=show)
     else:
-        info = typer.Option(opt.flag, *filter(None, [opt.short]), help=opt.help, show_default=show)
+        flags = (*opt.aliases, opt.flag, *filter(None, [opt.short]))
+        info = typer.Option(*flags, help=opt.help, show_default=show)
     annotation = Annotated[opt.type, info]
     return inspect.Parameter(
         opt.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
@@ -149,6 +151,8 @@ def configured(
     required: tuple[str, ...] = (),
     arguments: tuple[str, ...] = (),
     short: dict[str, str] | None = None,
+    aliases: dict[str, tuple[str, ...]] | None = None,
+    resolve: Callable[..., None] | None = None,
     **renamed: str,
 ) -> Callable[[Callable], Callable]:
     """Replace the command's ``param`` parameter (annotated ``cls``) by one option per field;
@@ -156,7 +160,11 @@ def configured(
     path is named by its last part); ``renamed`` gives an option its own name; ``required``
     options must be given on this command although the config has a default (a library caller
     may pass prompts instead of a dataset; the command line cannot); ``arguments`` are
-    positional; ``short`` gives one-letter aliases. The wrapped
+    positional; ``short`` gives one-letter aliases; ``aliases`` other flags, shown first (one
+    name for one thing across commands, the config's own name still accepted);
+    ``resolve(values, **params)`` rewrites what the user typed before the config is built (a
+    dataset's name into its folder), given the command's own parameters it names (``lake``). The
+    wrapped
     command keeps ``.options`` and ``.make_config(values)`` (tests walk them)."""
     options = [
         replace(
@@ -164,9 +172,12 @@ def configured(
             default=inspect.Parameter.empty if o.name in required else o.default,
             argument=o.name in arguments,
             short=(short or {}).get(o.name),
+            aliases=(aliases or {}).get(o.name, ()),
         )
         for o in options_of(cls, fields, renamed)
     ]
+    if stray := {*(short or {}), *(aliases or {})} - {o.name for o in options}:
+        raise TypeError(f"aliases for options {sorted(stray)} that {cls.__name__} is not given")
     convert = {o.name: _cli_type(field_type(cls, o.path))[1] for o in options}
 
     def make_config(values: dict[str, Any]) -> Any:
@@ -198,6 +209,9 @@ def configured(
         clash = {o.name for o in options} & {p.name for p in kept}
         if clash:
             raise TypeError(f"{fn.__name__}: options {sorted(clash)} are declared twice")
+        reads = list(inspect.signature(resolve).parameters)[1:] if resolve else []
+        if missing := set(reads) - set(sig.parameters):
+            raise TypeError(f"{fn.__name__} has no parameters {sorted(missing)} for resolve")
         added = [_option(o) for o in options]
         ordered = [p for p in kept if p.default is inspect.Parameter.empty] + added
         ordered += [p for p in kept if p.default is not inspect.Parameter.empty]
@@ -206,6 +220,8 @@ def configured(
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             values = {o.name: kwargs.pop(o.name) for o in options if o.name in kwargs}
+            if resolve is not None:
+                resolve(values, **{p: kwargs[p] for p in reads})
             return fn(**kwargs, **{param: make_config(values)})
 
         command.__signature__ = sig.replace(parameters=ordered)  # type: ignore[attr-defined]
@@ -215,6 +231,7 @@ def configured(
         command.make_config = make_config  # type: ignore[attr-defined]
         command.configs = {**getattr(fn, "configs", {}), param: (cls, make_config)}  # type: ignore[attr-defined]
         command.body = getattr(fn, "body", fn)  # type: ignore[attr-defined]
+        command.resolved_with = {*getattr(fn, "resolved_with", ()), *reads}  # type: ignore[attr-defined]
         return command
 
     return decorate

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import textwrap
 import typing
 from collections.abc import Callable, Iterator
@@ -234,9 +235,11 @@ def _used_names(fn: Callable) -> set[str]:
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_parameter_a_command_body_takes_is_used(name):
-    """The body's own parameters (the configs it receives included) are all read."""
+    """The body's own parameters (the configs it receives included) are all read, by the body
+    or by what resolves the options before the config is built (a dataset's name by --lake)."""
     body = getattr(COMMANDS[name], "body", COMMANDS[name])
-    unused = set(inspect.signature(body).parameters) - _used_names(body)
+    used = _used_names(body) | getattr(COMMANDS[name], "resolved_with", set())
+    unused = set(inspect.signature(body).parameters) - used
     assert not unused, f"`flow {name}` declares options its body never reads: {sorted(unused)}"
 
 
@@ -296,3 +299,39 @@ def test_h_is_help_everywhere_and_version_prints_the_package_version():
         assert res.exit_code == 0 and "Usage" in res.output, (args, res.output)
     res = runner.invoke(app, ["--version"])
     assert res.exit_code == 0 and res.output.strip() == f"flow-rl-data {version('flow-rl-data')}"
+
+
+def test_sft_and_train_take_a_dataset_by_its_name_in_the_lake(tmp_path):
+    """`flow run --dataset` takes a name; so do `flow sft` and `flow train` (its newest version,
+    or NAME/vN), beside a folder."""
+    from typer.testing import CliRunner
+
+    from pipeline.lake.latest import dataset_folder
+
+    lake = tmp_path / "lake"
+    for v in ("v1", "v2", "v10"):
+        (lake / "datasets/d" / v).mkdir(parents=True)  # no splits: the trainers' checks refuse
+    model = tmp_path / "model"
+    model.mkdir()
+    runner = CliRunner()
+    for args, folder, split in (
+        (["sft", "--dataset", "d"], "v10", "sft"),
+        (["sft", "--dataset", "d/v2"], "v2", "sft"),
+        (["train", "--dataset", "d", "--model", str(model)], "v10", "rl"),
+    ):
+        r = runner.invoke(app, [*args, "--lake", str(lake)])
+        squeezed = re.sub(r"[\s│]+", "", r.output)  # the error panel wraps long paths
+        assert r.exit_code == 2, r.output
+        assert f"dataset{lake / 'datasets/d' / folder}hasno{split}/shards" in squeezed, r.output
+    assert dataset_folder(str(model), str(lake)) == str(model)  # a folder stays
+    assert dataset_folder("nothing", str(lake)) == "nothing"  # the check says what is missing
+
+
+def test_the_policy_is_model_on_every_command_policy_still_accepted():
+    for name in ("label", "run"):
+        cmd = CLICK.commands[name]
+        for flag in ("--model", "--policy"):
+            params = cmd.make_context(name, [flag, "/m"]).params
+            assert params["policy"] == "/m", (name, flag)
+        (opt,) = [p for p in cmd.params if p.name == "policy"]
+        assert opt.opts[0] == "--model"  # the name help shows

@@ -51,9 +51,9 @@ class TrainConfig:
     """Run folder: checkpoints, metrics.jsonl, curves.png; a rerun resumes from its
     checkpoint-latest."""
     dataset: str | None = None
-    """A published dataset folder, <lake>/datasets/<name>/v<N> (its rl/ shards); or pass prompts to
-    train() directly.
-    """
+    """A published dataset folder, <lake>/datasets/<name>/v<N> (its rl/ shards; on the command
+    line its name, the newest version, or NAME/vN, also does); or pass prompts to train()
+    directly."""
     steps: int = 100
     """Training steps: each samples prompts_per_step x group_size episodes and updates on them."""
     prompts_per_step: int = 8
@@ -273,7 +273,8 @@ class SFTTrainConfig:
     model: str | None = None
     """A local model folder; None: the nano policy, built from scratch."""
     dataset: str | None = None
-    """Datasets/<name>/v<N> (its sft/ shards); or pass rows directly."""
+    """A published dataset folder, <lake>/datasets/<name>/v<N> (its sft/ shards; on the command
+    line its name, the newest version, or NAME/vN, also does); or pass rows directly."""
     steps: int = 300
     """Optimizer steps."""
     batch_size: int = 32

@@ -82,6 +82,7 @@ def _print_label(out: dict) -> None:
     judge="judge.model",
     judge_backend="judge.backend",
     judge_max_tokens="judge.max_tokens",
+    aliases={"policy": ("--model",)},
 )
 @configured(RunnerConfig, "runner", "address", param="runner")
 def label(config: LabelConfig, runner: RunnerConfig, lake: LakeOpt = None) -> None:

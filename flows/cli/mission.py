@@ -35,6 +35,7 @@ from pipeline.terminal import esc
     runner="runner.runner",
     workers="runner.workers",
     address="runner.address",
+    aliases={"policy": ("--model",)},
 )
 def run(config: RunConfig, lake: LakeOpt = None) -> None:
     """The main job as one Prefect flow: ingest, validate, dedup, then (by default) SFT of the

@@ -16,6 +16,7 @@ from flows.cli.common import (
 from flows.options import configured
 from pipeline.evaluate.config import EvalConfig
 from pipeline.lake import Lake, resolve_root
+from pipeline.lake.latest import dataset_folder
 from pipeline.terminal import esc
 from trainer.config import COMMAND_LINE, SFTTrainConfig, TrainConfig
 
@@ -37,9 +38,13 @@ from trainer.config import COMMAND_LINE, SFTTrainConfig, TrainConfig
     "checkpoint_every",
     "checkpoint_minutes",
     required=("dataset",),
+    resolve=lambda values, lake: _dataset_folder(values, lake),
 )
-def sft(config: SFTTrainConfig) -> None:
-    """Supervised fine-tuning on a dataset's SFT split: the policy RL starts from."""
+def sft(config: SFTTrainConfig, lake: LakeOpt = None) -> None:
+    """Supervised fine-tuning on a dataset's SFT split: the policy RL starts from.
+
+    --dataset is a published dataset's name in the lake (its newest version, or NAME/vN) or
+    its folder."""
     from flows.sft import sft_flow
 
     try:
@@ -60,7 +65,12 @@ def sft(config: SFTTrainConfig) -> None:
 
 
 @app.command()
-@configured(TrainConfig, *COMMAND_LINE, required=("dataset",))
+@configured(
+    TrainConfig,
+    *COMMAND_LINE,
+    required=("dataset",),
+    resolve=lambda values, lake: _dataset_folder(values, lake),
+)
 def train(
     config: TrainConfig,
     eval_set: Annotated[
@@ -70,7 +80,10 @@ def train(
     eval_limit: Annotated[int, typer.Option(help="At most this many --eval-set questions.")] = 20,
     lake: LakeOpt = None,
 ) -> None:
-    """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest)."""
+    """GRPO-TCR training on a dataset's RL split (resumes from OUT/checkpoint-latest).
+
+    --dataset is a published dataset's name in the lake (its newest version, or NAME/vN) or
+    its folder."""
     held_out = eval_questions(lake, eval_set, eval_limit) if eval_set else None
     if eval_set and not held_out:
         raise typer.BadParameter(
@@ -87,6 +100,15 @@ def train(
         )
     out = config.out
     _print_train(out_, out)
+
+
+def _dataset_folder(values: dict, lake: str | None) -> None:
+    """--dataset as typed (a name in the lake, NAME/vN, or a folder) -> the folder trained on."""
+    if values.get("dataset"):
+        folder = dataset_folder(values["dataset"], lake)
+        if folder != values["dataset"]:
+            console.print(f"dataset {esc(values['dataset'])}: {esc(folder)}")
+        values["dataset"] = folder
 
 
 def _print_train(out_: dict, out: str) -> None:

@@ -133,7 +133,7 @@ def judge_lake(
             + (
                 " (run flow validate first)"
                 if kind == "trajectory"
-                else " (run flow label --policy first)"
+                else " (run flow label --model first)"
             )
         )
     elif not todo:

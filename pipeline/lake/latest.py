@@ -3,6 +3,8 @@ version, the main job's SFT policy."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.lake import Lake
 
 
@@ -16,6 +18,24 @@ def latest_dataset(lake: Lake, name: str) -> str:
     return lake.path("datasets", name, f"v{version}")
 
 
+def dataset_folder(dataset: str, lake: str | None) -> str:
+    """A published dataset's folder from what a user typed: a folder is kept; a name in the lake
+    is its newest version (``demo``) or the version named (``demo/v2``), as `flow run --dataset`
+    takes names. Anything else is given back unchanged, for the trainer's check to refuse with
+    what it lacks."""
+    if Path(dataset).is_dir() or "://" in dataset:
+        return dataset
+    lk = Lake(lake)
+    name, _, version = dataset.partition("/")
+    if version:
+        folder = lk.path("datasets", name, version)
+        return folder if lk.fs.isdir(folder) else dataset
+    try:
+        return latest_dataset(lk, name)
+    except FileNotFoundError:
+        return dataset
+
+
 def latest_sft(lk: Lake) -> str:
     """The newest SFT policy the main job trained in this lake."""
     runs = lk.path("runs")
@@ -25,6 +45,6 @@ def latest_sft(lk: Lake) -> str:
     )
     if not found:
         raise FileNotFoundError(
-            f"no SFT policy in {runs}: run the sft stage first (flow run), or pass --policy"
+            f"no SFT policy in {runs}: run the sft stage first (flow run), or pass --model"
         )
     return found[-1]

@@ -82,6 +82,7 @@ SAMPLES: dict[str, object] = {
     "runner": "dask",
     "tables": ("questions",),
     "eval_sets": ("math500",),
+    "train_on_eval_sets": ("gsm8k/test",),
     "datasets": ("gsm8k/train",),
     "allowed_origins": ("http://localhost:3000",),
     "dimensions": ("domain", "source"),

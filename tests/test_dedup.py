@@ -290,7 +290,8 @@ def test_well_known_evaluation_items_are_caught_by_path_and_content(tmp_path, sh
     dataset name: with only a user's own evaluation set registered they used to be
     train-eligible. They are recognised by path, a copy under a neutral path by content (the
     packaged question-id lists), and kept out with a loud warning; GSM8K train stays eligible.
-    A user who leaves GSM8K test out of the evaluation sets trains on them, told so."""
+    A user who leaves GSM8K test out of the evaluation sets (`--train-on-eval-set`) trains on
+    them, told so."""
     from pipeline.lake.eval_sets import register
 
     tora = "tora/src/outputs/llm-agents/tora-70b-v1.0/gsm8k/test_tora_-1_seed0_t0.0_s0_e1319.jsonl"
@@ -330,6 +331,21 @@ def test_well_known_evaluation_items_are_caught_by_path_and_content(tmp_path, sh
     assert eligible(tora_q) == [(True, ())] * 6
     [loud] = [w for w in opted.warnings if w.startswith("CONTAMINATION")]
     assert "10 train-eligible questions" in loud and "gsm8k/test 10" in loud
+
+    # the command line: --eval-set adds a set to the well-known ones (replacing them made GSM8K
+    # test train-eligible unasked); --train-on-eval-set is how a user opts in
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    r = CliRunner().invoke(app, ["dedup", "--eval-set", "math500", "--lake", lake.root])
+    assert r.exit_code == 0, r.output
+    assert eligible(tora_q) == [(False, ("gsm8k/test",))] * 6
+    r = CliRunner().invoke(app, ["dedup", "--train-on-eval-set", "gsm8k/test", "--lake", lake.root])
+    assert r.exit_code == 0 and "CONTAMINATION" in r.output, r.output
+    assert eligible(tora_q) == [(True, ())] * 6
+    r = CliRunner().invoke(app, ["dedup", "--train-on-eval-set", "nope", "--lake", lake.root])
+    assert r.exit_code == 2 and "neither a well-known" in r.output, r.output
 
 
 def test_the_packaged_lists_hold_every_question_of_their_sets(shared):

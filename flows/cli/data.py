@@ -20,7 +20,7 @@ from flows.cli.common import (
     print_stage,
 )
 from flows.options import configured
-from pipeline.dedup.config import DedupConfig
+from pipeline.dedup.config import DEFAULT_EVAL_SETS, DedupConfig
 from pipeline.ingest.config import IngestConfig
 from pipeline.lake import Lake, resolve_root
 from pipeline.lake.compact import CompactConfig
@@ -237,15 +237,32 @@ def _print_dedup(out: dict) -> None:
 
 
 @app.command()
-@configured(DedupConfig, "threshold", "backend", "lsh", eval_set="eval_sets")
+@configured(
+    DedupConfig,
+    "threshold",
+    "backend",
+    "lsh",
+    eval_set="eval_sets",
+    train_on_eval_set="train_on_eval_sets",
+    resolve=lambda values: _beside_defaults(values),
+)
 def dedup(config: DedupConfig, lake: LakeOpt = None) -> None:
-    """Exact and MinHash-LSH dedup across sources, and decontamination against evaluation sets."""
+    """Exact and MinHash-LSH dedup across sources, and decontamination against evaluation sets.
+
+    --eval-set adds a set to the well-known ones held out; --train-on-eval-set takes one out."""
     from flows.dedup import dedup_flow
 
     _upstream(lake, "dedup")
     with console.status("deduplicating…"):
         out = dedup_flow(lake=resolve_root(lake), config=config)
     _print_dedup(out)
+
+
+def _beside_defaults(values: dict) -> None:
+    """`--eval-set X` holds X out beside the well-known sets, never instead of them (replacing
+    them would quietly make GSM8K test items train-eligible)."""
+    if values.get("eval_set"):
+        values["eval_set"] = [*DEFAULT_EVAL_SETS, *values["eval_set"]]
 
 
 @app.command()

@@ -44,7 +44,11 @@ class DedupConfig:
     partition_docs: int = 5_000
     """Documents per signature partition (a unit of work and of the cache)."""
     eval_sets: tuple[str, ...] = DEFAULT_EVAL_SETS
-    """Dataset or dataset/split names."""
+    """Evaluation sets held out of training (dataset or dataset/split names): the well-known ones
+    by default; on the command line, --eval-set adds to them."""
+    train_on_eval_sets: tuple[str, ...] = ()
+    """Evaluation sets to train on anyway (taken out of eval_sets): their items become
+    train-eligible and every dedup warns of the contamination."""
     max_text_chars: int = 20_000
     """Trajectory text used for shingles."""
     trajectories: bool = True
@@ -65,6 +69,12 @@ class DedupConfig:
                 raise DedupError(
                     f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}"
                 )
+        if stray := set(self.train_on_eval_sets) - set(self.eval_sets) - set(KNOWN):
+            raise DedupError(
+                f"train_on_eval_sets names {', '.join(sorted(stray))}: neither a well-known "
+                f"evaluation set ({', '.join(KNOWN)}) nor one of eval_sets"
+            )
+        self.eval_sets = tuple(e for e in self.eval_sets if e not in self.train_on_eval_sets)
         for name in ("num_perm", "ngram", "band_partitions", "workers", "partition_docs"):
             if getattr(self, name) < 1:
                 raise DedupError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -288,8 +288,8 @@ def known_eval_warnings(
         out.append(
             f"{sum(sum(v.values()) for v in held.values())} questions from trajectories, attempts "
             f"or other pools are items of well-known evaluation sets: {each(held)}; kept out of "
-            "training (not train_eligible). To train on one anyway, leave it out of `flow dedup "
-            "--eval-set` (DedupConfig.eval_sets)"
+            "training (not train_eligible). To train on one anyway: `flow dedup "
+            "--train-on-eval-set NAME` (DedupConfig.train_on_eval_sets)"
         )
     if trained:
         out.append(

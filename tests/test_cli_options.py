@@ -283,7 +283,7 @@ def test_an_option_shows_its_field_docstring_and_default():
     from typer.testing import CliRunner
 
     r = CliRunner().invoke(app, ["dedup", "--help"], terminal_width=200)
-    assert field_docs(DedupConfig)["threshold"] in " ".join(r.output.split())
+    assert field_docs(DedupConfig)["threshold"] in " ".join(r.output.replace("│", " ").split())
     assert "[default: 0.8]" in r.output
 
 

@@ -336,3 +336,21 @@ def test_the_policy_is_model_on_every_command_policy_still_accepted():
             assert params["policy"] == "/m", (name, flag)
         (opt,) = [p for p in cmd.params if p.name == "policy"]
         assert opt.opts[0] == "--model"  # the name help shows
+
+
+def test_every_command_ends_its_help_with_examples_that_parse():
+    """Each example in the help names options its command has, with values it accepts as types
+    (parsed by the command itself, not run); every stage command has some."""
+    from typer.testing import CliRunner
+
+    from flows.cli.examples import EXAMPLES, command_args
+
+    assert set(EXAMPLES) >= STAGE_COMMANDS, sorted(STAGE_COMMANDS - set(EXAMPLES))
+    for name, examples in EXAMPLES.items():
+        group, _, sub = name.partition(" ")
+        cmd = CLICK.commands[group].commands[sub] if sub else CLICK.commands[group]
+        for example in examples:
+            if example.startswith("flow "):
+                cmd.make_context(name, command_args(example))  # raises on an unknown option
+        help_text = CliRunner().invoke(app, [*name.split(), "-h"]).output
+        assert "Examples:" in help_text and examples[0] in help_text, name

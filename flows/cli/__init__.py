@@ -23,10 +23,13 @@ from flows.cli import data, record, label, train, model, query, mission  # noqa:
 
 # isort: on
 from flows.cli.common import app, err  # noqa: E402
+from flows.cli.examples import add_examples  # noqa: E402
 from pipeline import stop  # noqa: E402
 from pipeline.terminal import esc  # noqa: E402
 
 __all__ = ["app", "main"]
+
+add_examples(app)  # `flow COMMAND -h` ends with copy-paste examples
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

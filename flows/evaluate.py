@@ -61,7 +61,14 @@ def eval_model_task(
 
             out = evaluate_refined(engine, questions, jd, k, agent, sampling)
         else:  # (function-calling questions are judged by BFCL's rules inside)
-            result = evaluate(engine, questions, k=k, config=agent, sampling=sampling)
+            result = evaluate(
+                engine,
+                questions,
+                k=k,
+                config=agent,
+                sampling=sampling,
+                on_done=lambda done, total: report("eval", {"done": done, "total": total}),
+            )
     finally:
         close(engine)
         if judge:

@@ -32,6 +32,8 @@ def _measure(event: str, payload: Any) -> tuple[str, int, int | None, str] | Non
         return f"{event} step", int(payload["step"]), payload.get("steps"), detail
     if event == "label" and "done" in payload:
         return "label", int(payload["done"]), payload.get("total"), "questions"
+    if event == "eval" and "done" in payload:
+        return "eval", int(payload["done"]), payload.get("total"), "episodes"
     return None
 
 
@@ -74,7 +76,7 @@ class ProgressLines:
         self._last = now
         rate = (done - self._first_done) / max(now - self._start, 1e-9)
         line = f"{what} {done}" + (f"/{total} ({100 * done // max(total, 1)}%)" if total else "")
-        unit = "steps" if "step" in what else "questions"
+        unit = "steps" if "step" in what else detail
         line += f": {rate:.2f} {unit}/s"
         if total and rate > 0 and not finished:
             line += f", about {_duration((total - done) / rate)} left"

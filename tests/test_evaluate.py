@@ -34,9 +34,11 @@ def test_average_majority_and_pass_at_k(tiny_model):
             "answer_type": "integer",
         },
     ]
-    r = evaluate(eng, qs, k=4)
+    told: list[tuple[int, int]] = []
+    r = evaluate(eng, qs, k=4, on_done=lambda done, total: told.append((done, total)))
     assert r["average@4"] == pytest.approx((0.75 + 0.25) / 2)
     assert r["pass@4"] == 1.0 and r["maj@4"] == 0.5
+    assert told == [(i, 8) for i in range(1, 9)]  # progress: each episode's end, counted once
 
 
 def test_unbiased_pass_at_k_against_hand_computed_values():

@@ -38,6 +38,10 @@ def test_labelling_counts_questions_and_training_shows_accuracy():
     clock.t += 60
     lines("train", {"step": 3, "steps": 3, "accuracy": 0.5})
     assert out[-1] == "train step 3/3 (100%): 0.03 steps/s; accuracy 0.500"
+    lines("eval", {"done": 1, "total": 96})
+    clock.t += 40
+    lines("eval", {"done": 41, "total": 96})
+    assert out[-1] == "eval 41/96 (42%): 1.00 episodes/s, about 55 s left"
 
 
 def test_on_a_terminal_it_stays_quiet():

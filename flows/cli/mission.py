@@ -66,6 +66,8 @@ def run(config: RunConfig, lake: LakeOpt = None) -> None:
                 status.update(f"ingest {files['n']}/{files['total']} files")
             elif event == "label":
                 status.update(f"label {payload['done']}/{payload['total']} questions")
+            elif event == "eval" and "done" in payload:
+                status.update(f"eval {payload['done']}/{payload['total']} episodes")
             elif event == "sft" and "loss" in payload:
                 status.update(f"sft step {payload['step']}: loss {payload['loss']:.3f}")
             elif event == "train" and "accuracy" in payload:

@@ -166,7 +166,7 @@ def eval_(
     if not eval_questions(lake, config.eval_set, config.limit):
         err.print(f"[red]no questions[/red] for dataset {esc(repr(config.eval_set))} in the lake")
         raise typer.Exit(1)
-    with console.status("evaluating…"):
+    with stage_progress("evaluating"):
         out = eval_flow(models=[(model, stage)], config=config, lake=resolve_root(lake))
     eval_set, judge = config.eval_set, config.judge
     row, *second = out["rows"]

@@ -13,6 +13,7 @@ across runs.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pipeline.evaluate.errors import EvalError
@@ -96,8 +97,9 @@ def evaluate(
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
     slices: tuple[str, ...] = SLICES,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> dict:
-    """``questions``: dicts with question_id, question, ground_truth, answer_type (and, for the
+    """``on_done(episodes done, total)``: progress. ``questions``: dicts with question_id, question, ground_truth, answer_type (and, for the
     breakdowns, any of ``slices``: domain, dataset, difficulty). Returns the flat metrics of
     the whole set, ``ci`` {metric: [low, high]} and ``slices`` {"domain=math": metrics}.
     Function-calling questions (their own tools) are judged by BFCL's rules instead
@@ -120,6 +122,7 @@ def evaluate(
         k,
         config,
         sampling,
+        on_done=on_done,
     )
     per_q, agent = score_groups(questions, eps, k)
     result = summary(per_q, agent, k)

@@ -25,6 +25,7 @@ import os
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 
@@ -329,13 +330,15 @@ def run_episodes(
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
     sandbox: Sandbox | None = None,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> list[Episode]:
     """K episodes per (question_id, question[, tools]), in that order. Tools run in ``sandbox`` (the
     caller's, kept warm across calls) or in one started at the first tool call and closed at
-    the end. ``config.schedule`` says how episodes share the engine (see ``AgentConfig``)."""
+    the end. ``config.schedule`` says how episodes share the engine (see ``AgentConfig``).
+    ``on_done(done, total)`` is told each time an episode ends (progress)."""
     config = config or AgentConfig()
     episodes = start_episodes(tokenizer, questions, k, config)
-    return run_started(engine, tokenizer, episodes, config, sampling, sandbox)
+    return run_started(engine, tokenizer, episodes, config, sampling, sandbox, on_done)
 
 
 def continue_from(
@@ -376,8 +379,10 @@ def run_started(
     config: AgentConfig | None = None,
     sampling: Sampling | None = None,
     sandbox: Sandbox | None = None,
+    on_done: Callable[[int, int], None] | None = None,
 ) -> list[Episode]:
-    """Run episodes already opened (``start_episodes``, ``continue_from``) to their ends."""
+    """Run episodes already opened (``start_episodes``, ``continue_from``) to their ends;
+    ``on_done(done, total)`` each time one ends."""
     config = config or AgentConfig()
     sampling = sampling or Sampling()
     owned: list[Sandbox] = []
@@ -391,7 +396,7 @@ def run_started(
 
     loop = _Loop(engine, ToolMessageRenderer(tokenizer), config, sampling, tools)
     try:
-        loop.run(episodes)
+        loop.run(episodes, on_done)
     finally:
         for box in owned:
             box.close()
@@ -424,7 +429,9 @@ class _Loop:
             raise ValueError(f"max_inflight must be at least 1, got {config.max_inflight}")
         self.stop_id = getattr(engine, "stop_id", renderer.tokenizer.eos_token_id)
 
-    def run(self, episodes: list[Episode]) -> None:
+    def run(
+        self, episodes: list[Episode], on_done: Callable[[int, int], None] | None = None
+    ) -> None:
         config, barrier = self.config, self.schedule == "turns"
         engine = stepper(self.engine)
         ready: deque[Episode] = deque(episodes)
@@ -434,6 +441,14 @@ class _Loop:
         results: dict[int, list[str | None]] = {}  # id(episode) -> this turn's outputs
         live = len(episodes)
         t0 = time.monotonic()
+
+        def finish(e: Episode) -> None:
+            nonlocal live
+            live -= 1
+            e.seconds = time.monotonic() - t0
+            if on_done is not None:
+                on_done(len(episodes) - live, len(episodes))
+
         pool = ThreadPoolExecutor(max_workers=max(1, config.tool_workers))
         try:
             while live:
@@ -443,8 +458,7 @@ class _Loop:
                         e = ready.popleft()
                         if self._room(e) < 1:  # the engine's context holds no further token
                             e.done, e.finish_reason = True, "context"
-                            live -= 1
-                            e.seconds = time.monotonic() - t0
+                            finish(e)
                             continue
                         generating[id(e)] = e
                         engine.submit(
@@ -461,8 +475,7 @@ class _Loop:
                         e = generating.pop(key)
                         calls = self._take_turn(e, comp)
                         if e.done:
-                            live -= 1
-                            e.seconds = time.monotonic() - t0
+                            finish(e)
                             continue
                         results[id(e)] = [None] * len(calls)
                         tool_queue.extend((e, i, c) for i, c in enumerate(calls))
@@ -482,8 +495,7 @@ class _Loop:
                     if all(r is not None for r in results[id(e)]):
                         self._give_results(e, results.pop(id(e)))
                         if e.done:
-                            live -= 1
-                            e.seconds = time.monotonic() - t0
+                            finish(e)
                         else:
                             ready.append(e)
         finally:

@@ -140,7 +140,8 @@ def config_error(message: str, options: list[ConfigOption]) -> typer.BadParamete
         return len(message) + 1, 2
 
     best = min(options, key=where, default=None)
-    hint = best.flag if best is not None and where(best)[0] <= len(message) else None
+    shown = best and (best.aliases[0] if best.aliases else best.flag)  # the name help shows
+    hint = shown if best is not None and where(best)[0] <= len(message) else None
     return typer.BadParameter(message, param_hint=hint)
 
 

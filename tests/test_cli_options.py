@@ -67,6 +67,8 @@ STAGE_COMMANDS = {
     "build", "sft", "train", "eval", "query", "run", "model import",
 }  # fmt: skip
 
+JUDGE = "http://127.0.0.1:9/v1"  # a judge is a folder or a URL (checked before anything starts)
+
 # Values a field takes on the command line in this test, other than its default, that the
 # config accepts (a choice, a name, a folder that must exist: made in `folders`).
 SAMPLES: dict[str, object] = {
@@ -97,19 +99,22 @@ SAMPLES: dict[str, object] = {
     ("query", "format"): "csv",
     ("judge", "backend"): "openai",
     ("label", "judge.backend"): "vllm",
+    ("label", "judge.model"): JUDGE,
+    ("judge", "model"): JUDGE,
+    "judge": JUDGE,
 }
 
 # Options that are only accepted beside another: what the command line adds when testing them.
 BESIDE: dict[tuple[str, str], list[str]] = {
-    ("eval", "refine"): ["--judge", "a-judge"],
+    ("eval", "refine"): ["--judge", JUDGE],
     ("eval", "judge"): ["--refine"],
-    ("train", "judge_weight"): ["--judge", "a-judge"],
-    ("train", "refine"): ["--judge", "a-judge"],
+    ("train", "judge_weight"): ["--judge", JUDGE],
+    ("train", "refine"): ["--judge", JUDGE],
     ("sft", "lora_rank"): ["--model", "{model}"],
     ("label", "engines"): ["--policy", "{policy}"],
     ("label", "judge.model"): ["--policy", "{policy}"],
-    ("label", "judge.backend"): ["--policy", "{policy}", "--judge", "a-judge"],
-    ("label", "judge.max_tokens"): ["--policy", "{policy}", "--judge", "a-judge"],
+    ("label", "judge.backend"): ["--policy", "{policy}", "--judge", JUDGE],
+    ("label", "judge.max_tokens"): ["--policy", "{policy}", "--judge", JUDGE],
 }
 
 
@@ -223,6 +228,17 @@ def test_an_option_the_config_refuses_exits_2_naming_it():
     assert r.exit_code == 2 and "judge.model" in r.output
     r = CliRunner().invoke(app, ["train", "--dataset", "nowhere", "--model", "nowhere"])
     assert r.exit_code == 2 and "not a model folder" in r.output
+    # a judge that is nowhere is refused before Prefect or an engine starts, on every command
+    # that takes one; an aliased option is named as help shows it
+    for args in (
+        ["judge", "--model", "nowhere"],
+        ["label", "--model", ".", "--judge", "nowhere"],
+        ["eval", "--model", ".", "--refine", "--judge", "nowhere"],
+    ):
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 2 and "no judge model folder 'nowhere'" in r.output, (args, r.output)
+    r = CliRunner().invoke(app, ["run", "--model", "nowhere"])
+    assert r.exit_code == 2 and "Invalid value for --model" in r.output, r.output
 
 
 def _used_names(fn: Callable) -> set[str]:

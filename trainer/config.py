@@ -258,12 +258,17 @@ class TrainConfig:
         if (self.judge_weight or self.refine) and not self.judge:
             raise ValueError("judge_weight and refine need a judge (a model folder or a URL)")
 
-    def check_inputs(self) -> None:
-        """The files the run reads exist: the policy's folder and the dataset's rl/ split.
-        Checked before any model loads (by ``train`` and by the command line)."""
+    def check_inputs(self, judge_loaded: bool = False) -> None:
+        """The files the run reads exist: the policy's folder, the dataset's rl/ split and the
+        judge (unless the caller loaded one). Checked before any model loads (by ``train`` and
+        by the command line)."""
         check_model_folder(self.model)
         if self.dataset is not None:
             check_dataset_split(self.dataset, "rl")
+        if self.judge and not judge_loaded:
+            from pipeline.judge.config import check_judge
+
+            check_judge(self.judge)
 
 
 @dataclass

@@ -250,7 +250,7 @@ def train(
     questions (question_id, question, ground_truth, answer_type) evaluated every
     ``config.eval_every`` steps. ``judge``: a ``pipeline.judge.Judge`` already loaded (else
     one is loaded from ``config.judge`` when the config uses it)."""
-    config.check_inputs()
+    config.check_inputs(judge_loaded=judge is not None)
     out, latest, resume = start_run(config.out, config.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     world, rank = init_distributed(device)

@@ -50,6 +50,13 @@ class EvalConfig:
         if self.max_tokens is not None and self.sampling is not None:
             self.sampling = replace(self.sampling, max_tokens=self.max_tokens)
 
+    def check_inputs(self) -> None:
+        """The judge is somewhere (before any engine starts)."""
+        if self.judge:
+            from pipeline.judge.config import check_judge
+
+            check_judge(self.judge)
+
     def loop_for(self, model: str, function_calls: bool) -> tuple[AgentConfig, Sampling]:
         """The agent loop and sampling ``model`` is evaluated with: the config's, else the
         model's own (agent_loop.json), else the defaults."""

@@ -46,6 +46,18 @@ class JudgeConfig:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"limit must be at least 1 (or None for all), not {self.limit}")
 
+    def check_inputs(self) -> None:
+        """The judge is somewhere: a local folder or a URL (checked before any engine starts)."""
+        check_judge(self.model)
+
     @property
     def is_endpoint(self) -> bool:
         return self.model.startswith(("http://", "https://"))
+
+
+def check_judge(model: str) -> None:
+    """A judge is a local model folder or an OpenAI-compatible base URL."""
+    import os
+
+    if not model.startswith(("http://", "https://")) and not os.path.isdir(model):
+        raise ValueError(f"no judge model folder {model!r} (give a local folder or an http(s) URL)")

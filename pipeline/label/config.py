@@ -71,6 +71,11 @@ class LabelConfig:
         elif self.max_tokens is not None:
             self.sampling = replace(self.sampling, max_tokens=self.max_tokens)
 
+    def check_inputs(self) -> None:
+        """The judge is somewhere (before any engine starts; the policy is checked above)."""
+        if self.judge is not None:
+            self.judge.check_inputs()
+
     def config_json(self) -> str:
         """K, sampling and agent limits: what makes two labels comparable."""
         agent = {

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "ingest": (
-        "flow ingest ../shared/data/trajectories",
+        "flow ingest ../shared/data",
         "flow ingest ../shared/data/questions/math500 --eval-set math500",
         "flow ingest traces/ --source my-agent --exclude '*/outputs/*'",
     ),

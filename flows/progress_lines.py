@@ -52,6 +52,7 @@ class ProgressLines:
             float(os.environ.get("FLOW_PROGRESS_SECONDS", "30")) if every is None else every
         )
         self._what: str | None = None
+        self._stage: object = None
         self._start = self._last = 0.0
         self._first_done = 0
 
@@ -59,8 +60,9 @@ class ProgressLines:
         if not self.enabled:
             return
         if event == "stage":
-            self.write(f"{payload}: started")
-            self._what = None
+            if payload != self._stage:  # the pipeline and the stage's own flow both say it
+                self.write(f"{payload}: started")
+            self._stage, self._what = payload, None
             return
         m = _measure(event, payload)
         if m is None:

@@ -493,7 +493,7 @@ def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path
     _, m, _ = demo
     out = tmp_path / "sft"
     cmd = [sys.executable, "-m", "flows.cli", "sft", "--dataset", m["path"], "--out", str(out),
-           "--steps", "40", "--checkpoint-minutes", "0.001"]  # fmt: skip
+           "--steps", "40", "--batch-size", "4", "--checkpoint-minutes", "0.001"]  # fmt: skip
     repo = Path(__file__).parents[1]
     env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -510,7 +510,7 @@ def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == list(range(1, 41)) and len(set(steps)) == 40
+    assert steps == list(range(1, 41))  # each step once, in order
 
 
 def test_an_empty_split_keeps_its_columns(demo):

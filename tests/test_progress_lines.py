@@ -18,10 +18,11 @@ def test_a_long_sft_prints_a_line_every_interval_and_at_the_end():
     out, clock = [], Clock()
     lines = ProgressLines(out.append, enabled=True, every=30, clock=clock)
     lines("stage", "sft")
+    lines("stage", "sft")  # the pipeline's and the stage flow's own: said once
     for step in range(1, 101):  # one step a second, as the trainer reports them
         clock.t = float(step)
         lines("sft", {"step": step, "steps": 100, "loss": 1.0 / step})
-    assert out[0] == "sft: started"
+    assert out[0] == "sft: started" and out[1].startswith("sft step")
     assert out[1] == "sft step 31/100 (31%): 1.00 steps/s, about 1 min 9 s left; loss 0.032"
     assert [ln.split()[2] for ln in out[1:]] == ["31/100", "61/100", "91/100", "100/100"]
     assert out[-1].startswith("sft step 100/100 (100%): 1.00 steps/s") and "left" not in out[-1]

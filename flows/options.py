@@ -140,8 +140,9 @@ def config_error(message: str, options: list[ConfigOption]) -> typer.BadParamete
         return len(message) + 1, 2
 
     best = min(options, key=where, default=None)
-    shown = best and (best.aliases[0] if best.aliases else best.flag)  # the name help shows
-    hint = shown if best is not None and where(best)[0] <= len(message) else None
+    hint = None
+    if best is not None and where(best)[0] <= len(message):
+        hint = best.aliases[0] if best.aliases else best.flag  # the name help shows
     return typer.BadParameter(message, param_hint=hint)
 
 
@@ -164,9 +165,8 @@ def configured(
     positional; ``short`` gives one-letter aliases; ``aliases`` other flags, shown first (one
     name for one thing across commands, the config's own name still accepted);
     ``resolve(values, **params)`` rewrites what the user typed before the config is built (a
-    dataset's name into its folder), given the command's own parameters it names (``lake``). The
-    wrapped
-    command keeps ``.options`` and ``.make_config(values)`` (tests walk them)."""
+    dataset's name into its folder), given the command's own parameters it names (``lake``).
+    The wrapped command keeps ``.options`` and ``.make_config(values)`` (tests walk them)."""
     options = [
         replace(
             o,

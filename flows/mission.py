@@ -194,7 +194,7 @@ class MissionConfig:
             max_tokens=48,
             label_datasets=("nano_arith",),
             label_limit=10,
-            train_steps=2,
+            train_steps=1,  # (~40 s a step on 2 cores: one shows the loop and its TIS metrics)
             prompts_per_step=2,
             group_size=4,
             backend="transformers",

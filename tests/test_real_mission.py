@@ -104,7 +104,7 @@ def test_rollouts_are_the_templates_tokens_stopped_at_im_end_and_masked(real_mis
 def test_training_logged_tis_and_the_evals_table_holds_both_policies_on_both_sets(real_mission):
     (metrics,) = list((real_mission / "runs").glob("demo-v*-grpo-*/metrics.jsonl"))
     steps = [json.loads(x) for x in metrics.read_text().splitlines() if "reward_mean" in x]
-    assert len(steps) == 2
+    assert len(steps) == 1
     for s in steps:
         assert "tis_weight_mean" in s and "logp_mismatch_mean" in s and s["logp_reported_frac"] > 0
     evals = _q(

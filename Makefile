@@ -61,23 +61,17 @@ setup: $(STAMP) sandbox
 run: setup
 	$(BIN)/flow run
 
-# Two pytest-xdist workers, a test file each at a time (module fixtures such as the mission run
-# once): the suite waits on subprocesses, servers and sandboxes for much of its time, so two
-# workers on 2 cores finish sooner than one (docs/benchmarks.md). TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(XDIST) --durations=25
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25
 
 # Everything, the `slow` cases too (more cases of behaviours CI tests on fewer).
 test-all: setup
-	$(BIN)/python -m pytest -q $(XDIST) --durations=25
+	$(BIN)/python -m pytest -q --durations=25
 
 # The fast tier: everything but the tests that start vLLM, train, run subprocess flows or the
 # mission (marked `heavy` in tests/conftest.py); a few minutes on 2 cores.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not heavy and not slow" $(XDIST) --durations=10
+	$(BIN)/python -m pytest -q -m "not heavy and not slow" --durations=10
 
 lint: setup
 	$(BIN)/ruff format --check . && $(BIN)/ruff check .

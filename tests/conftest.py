@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
 
-# Prefect state and settings must be in place before prefect is imported anywhere. Under
-# pytest-xdist (`make test` runs two workers) each worker has its own: two ephemeral servers on
-# one SQLite database would lock each other out.
-if worker := os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"prefect-home-{worker}-")
+# Prefect state and settings must be in place before prefect is imported anywhere.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prefect-home-"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -27,7 +21,6 @@ from pipeline.rollout.agent import AgentConfig  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("FLOW_SHARED_DATA", REPO.parent / "shared" / "data"))
 PINNED = datetime(2026, 1, 1, tzinfo=UTC)
-T = TypeVar("T")
 
 
 def require_shared() -> Path:
@@ -66,36 +59,13 @@ def require_real_model() -> None:
         pytest.skip(f"{missing} is not installed (make setup installs the real model)")
 
 
-def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> T:
-    """A session fixture's product made once per test run, also across pytest-xdist workers:
-    the first worker to ask makes it (in a folder of the run's shared temp dir, under a file
-    lock), the others load what it returned. Only for products tests read, never change."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return make(tmp_path_factory.mktemp(name))
-    import pickle
-
-    from filelock import FileLock
-
-    root = tmp_path_factory.getbasetemp().parent / name  # shared by this run's workers
-    with FileLock(f"{root}.lock"):
-        made = root / "made.pickle"
-        if made.exists():
-            return pickle.loads(made.read_bytes())
-        root.mkdir(exist_ok=True)
-        out = make(root)
-        made.write_bytes(pickle.dumps(out))
-        return out
-
-
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct from its packaged GGUF file, imported as a Hugging Face folder."""
     require_real_model()
     from pipeline.model_import import ImportConfig, import_gguf
 
-    return built_once(
-        tmp_path_factory, "models", lambda out: Path(import_gguf(ImportConfig(), out)["path"])
-    )
+    return Path(import_gguf(ImportConfig(), tmp_path_factory.mktemp("models"))["path"])
 
 
 @pytest.fixture(scope="session")
@@ -170,13 +140,11 @@ def nano_sft(tmp_path_factory, sandbox_available):
     from pipeline.sandbox import Sandbox
     from trainer.sft import SFTTrainConfig, sft
 
-    def make(out: Path) -> tuple[Path, list[dict]]:
-        with Sandbox(NANO_AGENT.sandbox, 2) as box:
-            rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
-        hist = sft(SFTTrainConfig(out=str(out), steps=700, agent=NANO_AGENT), rows)
-        return out / "checkpoint-latest", hist
-
-    return built_once(tmp_path_factory, "nano-sft", make)
+    out = tmp_path_factory.mktemp("nano-sft")
+    with Sandbox(NANO_AGENT.sandbox, 2) as box:
+        rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
+    hist = sft(SFTTrainConfig(out=str(out), steps=700, agent=NANO_AGENT), rows)
+    return out / "checkpoint-latest", hist
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -223,20 +191,7 @@ HEAVY_MODULES = {
 HEAVY_TESTS = {"test_an_engine_start_through_the_cli_leaves_no_warnings_on_the_console"}
 
 
-# The longest test files first (CI durations): two xdist workers each take a whole file at a
-# time, so a long file started last would leave the other worker idle at the end.
-LONGEST_FIRST = (
-    "test_real_mission", "test_mission", "test_orchestrate", "test_exports", "test_adaptive",
-    "test_sft", "test_schedule", "test_train", "test_ddp", "test_boundaries",
-)  # fmt: skip
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: within a file, and among the rest, the collection order
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         heavy = module in HEAVY_MODULES or item.originalname in HEAVY_TESTS

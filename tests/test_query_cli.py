@@ -284,7 +284,7 @@ def test_stages_run_out_of_order_say_what_is_missing(tmp_path):
     res = runner.invoke(app, ["label", "--lake", lake, "--judge", str(tmp_path)])
     out = flat(res.output)
     assert res.exit_code == 2 and "the judge scores live rollouts: give a policy" in out
-    assert "Invalid value for --policy" in out
+    assert "Invalid value for --model" in out  # the policy's option, as help names it
     assert runner.invoke(app, ["label", "--lake", lake]).exit_code == 0
     res = runner.invoke(app, ["build", "--lake", lake])
     assert res.exit_code == 0, res.output

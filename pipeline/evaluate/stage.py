@@ -99,8 +99,9 @@ def evaluate(
     slices: tuple[str, ...] = SLICES,
     on_done: Callable[[int, int], None] | None = None,
 ) -> dict:
-    """``on_done(episodes done, total)``: progress. ``questions``: dicts with question_id, question, ground_truth, answer_type (and, for the
-    breakdowns, any of ``slices``: domain, dataset, difficulty). Returns the flat metrics of
+    """``questions``: dicts with question_id, question, ground_truth, answer_type (and, for the
+    breakdowns, any of ``slices``: domain, dataset, difficulty); ``on_done(done, total)``: each
+    episode's end, for progress. Returns the flat metrics of
     the whole set, ``ci`` {metric: [low, high]} and ``slices`` {"domain=math": metrics}.
     Function-calling questions (their own tools) are judged by BFCL's rules instead
     (``function_calls.evaluate_function_calls``)."""

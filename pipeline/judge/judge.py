@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.judge.config import JudgeConfig
+from pipeline.judge.config import JudgeConfig, check_judge
 from pipeline.judge.errors import JudgeError
 from pipeline.judge.parse import Parsed, parse
 from pipeline.judge.prompt import TEMPLATE_VERSION, judge_messages
@@ -65,10 +65,10 @@ class Judge:
                         f"the judge endpoint {c.model} did not list a model: {e}"
                     ) from e
             return
-        if not os.path.isdir(c.model):
-            raise JudgeError(
-                f"no judge model folder {c.model!r} (give a local folder or an http(s) URL)"
-            )
+        try:
+            check_judge(c.model)  # the command line's check, for library callers
+        except ValueError as e:
+            raise JudgeError(str(e)) from None
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(c.model)

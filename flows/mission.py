@@ -127,7 +127,7 @@ class MissionConfig:
             },
             sft_steps=700,  # as the nano_sft fixture: 19-20 of 20 solved on seeds 0-3
             sft_options={},  # that measured recipe: one level learns without weight decay
-            label_limit=160,
+            label_limit=96,  # 768 live episodes: enough for RL rows at both ends of the pyramid
             train_steps=6,
             prompts_per_step=8,
             eval_k=4,
@@ -200,7 +200,7 @@ class MissionConfig:
             backend="transformers",
             train_backend="transformers",
             train_options={"warmup_steps": 0, "minibatches": 2, "tis": "on"},
-            eval_k=2,
+            eval_k=1,  # the evals rows of both policies on both sets, not their size
             eval_limit=2,
             shared_inputs=(),  # ToRA's long solutions would take the few SFT steps
             heldout_gsm8k=3,

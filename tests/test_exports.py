@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -488,7 +489,6 @@ def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path
     130); checkpoints come by time by default (here every 0.06 s), so the rerun resumes from
     the last one and every step is logged once."""
     import signal
-    import time
 
     _, m, _ = demo
     out = tmp_path / "sft"
@@ -545,6 +545,35 @@ def test_an_empty_split_keeps_its_columns(demo):
     from datasets import load_dataset  # the other split's exports load as ever
 
     assert len(load_dataset("parquet", data_files=f"{base}/exports/trl_grpo.parquet")["train"])
+
+
+def test_trainers_refuse_an_empty_split_before_any_model_loads(demo, tmp_path):
+    """A dataset built from live labels where every question was 0/K or K/K has an empty rl
+    split: `flow train` says so and what to do in one line (it was a ValueError at the end of a
+    Prefect traceback, after the model loaded); `flow sft` does the same for an empty sft
+    split."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    lake, _, _ = demo
+    m = build(lake, BuildConfig(name="no-rl", label_source="rollouts"))  # the demo has none
+    assert m["rl"]["rows"] == 0
+    model = tmp_path / "model"
+    model.mkdir()
+    t0 = time.perf_counter()
+    res = CliRunner().invoke(
+        app, ["train", "--dataset", m["path"], "--model", str(model), "--out", str(tmp_path / "r")]
+    )
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2, res.output
+    assert "the rl split is empty" in text and "labelled from rollouts" in text, text
+    assert "flow build --label-source recorded" in text and "Traceback" not in text
+    assert time.perf_counter() - t0 < 30 and not (tmp_path / "r").exists()  # nothing started
+    m = build(lake, BuildConfig(name="no-sft", sft=SFTConfig(patterns=("no-such-pattern",))))
+    res = CliRunner().invoke(app, ["sft", "--dataset", m["path"], "--out", str(tmp_path / "s")])
+    text = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2 and "the sft split is empty" in text, res.output
 
 
 def test_a_size_of_zero_is_refused_before_anything_runs(tmp_path):

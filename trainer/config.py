@@ -377,6 +377,28 @@ def check_dataset_split(dataset: str, split: str) -> None:
             f"dataset {dataset} has no {split}/ shards (a published dataset folder, "
             f"<lake>/datasets/<name>/v<N>; build one with `flow build`){hint}"
         )
+    manifest = Path(dataset) / "manifest.json"
+    if manifest.is_file():  # an empty split is refused here, not after the model loads
+        import json
+
+        info = json.loads(manifest.read_text()).get(split, {})
+        if info.get("rows") == 0:
+            raise ValueError(f"dataset {dataset}: the {split} split is empty; {_why_empty(info)}")
+
+
+def _why_empty(info: dict) -> str:
+    """What the manifest says about an empty split, and what to do."""
+    dropped = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in info.get("dropped", {}).items())
+    if "label_source" not in info:  # the sft split: correct trajectories
+        return f"no correct trajectory was left ({dropped or 'none in the lake'})"
+    supply = ", ".join(f"{k} {v}" for k, v in info.get("supply", {}).items())
+    return (
+        f"of its {info.get('input_questions', 0)} questions labelled from "
+        f"{info['label_source']} no pyramid could be kept (dropped: {dropped or 'none'}; "
+        f"between 0/K and K/K: {supply or 'none'}). Label more questions or with a "
+        "policy that solves some of them, or build from the recorded labels "
+        "(`flow build --label-source recorded`)"
+    )
 
 
 def agent_config(

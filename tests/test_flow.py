@@ -149,6 +149,14 @@ def test_label_flow_records_a_pass_rate_artifact(harness, shared, tiny_model, tm
     assert live["stats"]["labelled_now"] == 2 and live["judge"]["judged"] == 4
     assert sum(live["judge"]["status"].values()) == 4
     assert sum(b["questions"] for b in live["judge_signal"]) == 2
+    from flows.cli.common import console
+    from flows.cli.label import _print_label
+
+    with console.capture() as shown:  # what `flow label --judge` prints of it: no Python values
+        _print_label(live)
+    text = shown.get()
+    assert "parses: failed 4" in text and "no judgement parsed" in text, text
+    assert "{" not in text and "None" not in text, text
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["pass-rates"]))

@@ -58,14 +58,25 @@ def _print_label(out: dict) -> None:
         console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
     if "judge" in out:
         j = out["judge"]
+        parses = ", ".join(f"{k} {v}" for k, v in sorted(j["status"].items())) or "none"
         console.print(
             f"[bold]judge[/bold] {esc(j['judge'])}: {j['judged']} rollouts judged now, "
-            f"{j['cached']} before; parses {esc(j['status'])}"
+            f"{j['cached']} before; parses: {esc(parses)}"
         )
+        if j["status"] and set(j["status"]) == {"failed"}:
+            console.print(
+                "  [yellow]warning:[/yellow] no judgement parsed (no score to report): is "
+                f"{esc(j['judge'])} a judge? (docs/judge.md)"
+            )
+
+        def score(x) -> str:
+            return "-" if x is None else f"{x:.3f}"
+
         for sig in out["judge_signal"]:
             console.print(
-                f"  {sig['bin']}: {sig['questions']} questions, mean score {sig['judge_score']} "
-                f"(right {sig['judge_score_correct']}, wrong {sig['judge_score_wrong']})"
+                f"  {sig['bin']}: {sig['questions']} questions, mean score "
+                f"{score(sig['judge_score'])} (right {score(sig['judge_score_correct'])}, "
+                f"wrong {score(sig['judge_score_wrong'])})"
             )
 
 

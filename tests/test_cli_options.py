@@ -370,3 +370,27 @@ def test_every_command_ends_its_help_with_examples_that_parse():
                 cmd.make_context(name, command_args(example))  # raises on an unknown option
         help_text = CliRunner().invoke(app, [*name.split(), "-h"]).output
         assert "Examples:" in help_text and examples[0] in help_text, name
+
+
+def test_serve_without_a_prefect_server_says_how_to_start_one(tmp_path):
+    """Without PREFECT_API_URL Prefect would serve against a server of the command's own: the
+    schedules would end with it, and Ctrl-C stopped that server first (a 70 s hang and a
+    traceback). `flow serve` says what to start instead, before registering anything."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")  # no profile that names a server
+    res = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[1],
+    )
+    text = " ".join(res.stderr.split())
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "prefect server start" in text and "PREFECT_API_URL=" in text, text
+    assert "Traceback" not in text

@@ -154,6 +154,8 @@ def test_served_deployments_register_and_a_triggered_run_completes(harness, demo
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # SIGINT as in a terminal's foreground job (a shell's background job inherits it ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         names: set[str] = set()
@@ -171,9 +173,12 @@ def test_served_deployments_register_and_a_triggered_run_completes(harness, demo
         assert deps["recorded"].parameters["stages"] == ["record", "validate", "dedup"]
         run = run_deployment("pipeline/full", timeout=300)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it: to the group
         log = proc.communicate(timeout=30)[0].decode(errors="replace")
     assert run.state.is_completed(), log[-3000:]
+    assert proc.returncode == 0 and "Traceback" not in log, log[-3000:]
+    with get_client(sync_client=True) as client:  # Ctrl-C paused the schedules, and only that
+        assert all(d.paused for d in client.read_deployments() if d.name in wanted)
     assert (tmp_path / "lake/datasets/nightly/v1/manifest.json").exists()
     assert (tmp_path / "lake/tables/ingest_log").exists()
 

@@ -16,6 +16,9 @@ os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 # torch's C++ warnings (NUMA binding at every vLLM CPU engine start) say nothing a user acts on;
 # read once when torch loads, so set before anything imports it
 os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+# transformers' own bars ("Loading weights", "Writing model shards", GGUF conversion) follow this
+# switch: a second each, printed into every stage's log; the commands report their own progress
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 # the command modules register their commands on ``app`` in this order (``flow --help``)
 # isort: off

@@ -62,7 +62,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "flow run --inputs ../shared/data --data-only",
         "flow run --until build",
     ),
-    "serve": ("flow serve", "flow serve --config flows/deployments.toml"),
+    "serve": (
+        "PREFECT_API_URL=http://127.0.0.1:4200/api flow serve",
+        "flow serve --config flows/deployments.toml --limit 2",
+    ),
     "model import": ("flow model import", "flow model import ./my-model.Q8_0.gguf"),
 }
 

@@ -148,12 +148,23 @@ def serve(
 ) -> None:
     """Serve the scheduled deployments of a config (ingest, curate, label-build, train, full)
     against the Prefect API in PREFECT_API_URL (e.g. `prefect server start`); blocks."""
+    from prefect.settings import PREFECT_API_URL
+
     from flows.deployments import DEFAULT_CONFIG, load
     from flows.deployments import serve as serve_deployments
 
     path = Path(config) if config else DEFAULT_CONFIG
     if not path.is_file():
         raise typer.BadParameter(f"no such config file: {path}", param_hint="--config")
+    if not PREFECT_API_URL.value():
+        # Prefect would serve against a server of this process's own: the schedules would end
+        # with it, and Ctrl-C (sent to the whole process group) stops that server first
+        err.print(
+            "[red]error:[/red] flow serve needs a Prefect server that outlives it: start one "
+            "(`prefect server start --host 127.0.0.1`) and set "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api (docs/howto-scheduled.md)"
+        )
+        raise typer.Exit(2)
     try:
         deployments = load(path)
     except (ValueError, OSError) as e:

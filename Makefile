@@ -61,12 +61,17 @@ setup: $(STAMP) sandbox
 run: setup
 	$(BIN)/flow run
 
+# Two pytest-xdist workers, a module at a time each, each pinned to its own cores with torch,
+# OpenMP and vLLM on them alone (tests/conftest.py); WORKERS=0 runs the suite in one process.
+WORKERS ?= 2
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" --durations=25
+	$(BIN)/python -m pytest -q -m "not slow" $(XDIST) --durations=40
 
 # Everything, the `slow` cases too (more cases of behaviours CI tests on fewer).
 test-all: setup
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q $(XDIST) --durations=40
 
 # The fast tier: everything but the tests that start vLLM, train, run subprocess flows or the
 # mission (marked `heavy` in tests/conftest.py); a few minutes on 2 cores.

@@ -7,6 +7,26 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+
+def _pin_xdist_worker() -> None:
+    """Under pytest-xdist (`make test` runs one worker per core) each worker keeps to its own
+    cores, and torch, OpenMP and vLLM (whose thread binding follows the affinity) use only those:
+    two workers whose torch each spread over both cores oversubscribed them (the quick mission
+    took 589 s instead of 217 s; docs/benchmarks.md). Before torch is imported anywhere."""
+    worker, n = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not n or not hasattr(os, "sched_setaffinity"):
+        return
+    cores, n = sorted(os.sched_getaffinity(0)), int(n)
+    if len(cores) < n:
+        return
+    mine = set(cores[int(worker.removeprefix("gw")) % n :: n])
+    os.sched_setaffinity(0, mine)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(len(mine))
+
+
+_pin_xdist_worker()
+
 # Prefect state and settings must be in place before prefect is imported anywhere.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prefect-home-"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -59,13 +79,38 @@ def require_real_model() -> None:
         pytest.skip(f"{missing} is not installed (make setup installs the real model)")
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
+    """A read-only session artifact (a trained policy, an imported model) built once per test
+    run: under pytest-xdist the workers share the run's temporary root, the first to need it
+    builds it under a lock and the others wait and read it (instead of building it again)."""
+    import fcntl
+    import shutil
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-of-<user>/pytest-<n>: one per run, shared by its workers
+    out = root / f"once-{name}"
+    with open(root / f"once-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / ".built").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            (out / ".built").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct from its packaged GGUF file, imported as a Hugging Face folder."""
     require_real_model()
     from pipeline.model_import import ImportConfig, import_gguf
 
-    return Path(import_gguf(ImportConfig(), tmp_path_factory.mktemp("models"))["path"])
+    def build(out: Path) -> None:
+        import_gguf(ImportConfig(), out)
+
+    (folder,) = [p for p in built_once(tmp_path_factory, "smollm2", build).iterdir() if p.is_dir()]
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -136,14 +181,19 @@ def nano_sft(tmp_path_factory, sandbox_available):
     """The nano policy from scratch, SFT on 1,000 solver trajectories whose tool outputs came
     from the sandbox: (checkpoint, SFT metrics). It writes real tool calls and reads their
     results into its answers."""
+    import json
+
     from pipeline.demo.nano import tasks, trajectories
     from pipeline.sandbox import Sandbox
     from trainer.sft import SFTTrainConfig, sft
 
-    out = tmp_path_factory.mktemp("nano-sft")
-    with Sandbox(NANO_AGENT.sandbox, 2) as box:
-        rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
-    hist = sft(SFTTrainConfig(out=str(out), steps=700, agent=NANO_AGENT), rows)
+    def build(out: Path) -> None:
+        with Sandbox(NANO_AGENT.sandbox, 2) as box:
+            rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
+        sft(SFTTrainConfig(out=str(out), steps=700, agent=NANO_AGENT), rows)
+
+    out = built_once(tmp_path_factory, "nano-sft", build)
+    hist = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     return out / "checkpoint-latest", hist
 
 
@@ -191,7 +241,26 @@ HEAVY_MODULES = {
 HEAVY_TESTS = {"test_an_engine_start_through_the_cli_leaves_no_warnings_on_the_console"}
 
 
+# The longest modules first, so that two xdist workers (--dist loadfile) start them at once
+# and the short ones fill in around them (measured: docs/benchmarks.md).
+LONGEST_FIRST = (
+    "test_real_mission",
+    "test_mission",
+    "test_orchestrate",
+    "test_schedule",
+    "test_sft",
+    "test_exports",
+    "test_train",
+    "test_recorder",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: a module's tests stay together and in their order
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         heavy = module in HEAVY_MODULES or item.originalname in HEAVY_TESTS

@@ -358,6 +358,18 @@ def descendants_of(pid: int, procs: list[dict]) -> list[dict]:
     return out
 
 
+def of_this_test_process(procs: list[dict]) -> list[dict]:
+    """Leave out what other pytest-xdist workers started (their sandboxes, servers): the
+    processes under this worker's siblings. What escaped a sandbox into init stays in."""
+    import os
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return procs
+    siblings = [p["pid"] for p in procs if p["ppid"] == os.getppid() and p["pid"] != os.getpid()]
+    theirs = set(siblings) | {d["pid"] for s in siblings for d in descendants_of(s, procs)}
+    return [p for p in procs if p["pid"] not in theirs]
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now."""
     with socket.socket() as s:

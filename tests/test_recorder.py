@@ -666,12 +666,15 @@ def test_recorded_tool_conversations_enter_the_lake_as_the_client_saw_them(
 
 def test_kill_9_of_the_proxy_loses_no_acknowledged_call(upstream, tmp_path):
     """Clients hammer the proxy; it is killed with SIGKILL mid-traffic and restarted on its log;
-    every call a client got an answer for is in the lake, once."""
+    every call a client got an answer for is in the lake, once. The one window without a client
+    acknowledgement (docs/howto-record.md): an answer read whole just before the kill, its
+    delivery line not yet written, is quarantined `answer_not_seen`, never lost."""
     import openai
 
     lake = tmp_path / "lake"
     proxy = Proxy(upstream, lake).start()
     acked: list[str] = []
+    acked_at: dict[str, float] = {}
     failed = 0
     stop_at = time.time() + 60
     lock = threading.Lock()
@@ -692,6 +695,7 @@ def test_kill_9_of_the_proxy_loses_no_acknowledged_call(upstream, tmp_path):
                     assert list(c.chat.completions.create(stream=True, **kw))
                 with lock:
                     acked.append(q)
+                    acked_at[q] = time.monotonic()
             except (openai.APIConnectionError, openai.APIStatusError):
                 with lock:
                     failed += 1
@@ -701,6 +705,7 @@ def test_kill_9_of_the_proxy_loses_no_acknowledged_call(upstream, tmp_path):
     [t.start() for t in threads]
     while len(acked) < 20 and time.time() < stop_at:
         time.sleep(0.05)
+    killed_at = time.monotonic()
     os.killpg(proxy.proc.pid, signal.SIGKILL)
     proxy.proc.wait()
     before = len(acked)
@@ -712,12 +717,23 @@ def test_kill_9_of_the_proxy_loses_no_acknowledged_call(upstream, tmp_path):
     res = commit(Lake(str(lake)), CommitConfig(flush=True))
     from pipeline.lake.query import connect
 
-    stored = [
+    con = connect(Lake(str(lake)))
+    stored = [r[0] for r in con.execute("SELECT question FROM trajectories").fetchall()]
+    unseen = [
         r[0]
-        for r in connect(Lake(str(lake))).execute("SELECT question FROM trajectories").fetchall()
+        for r in con.execute(
+            "SELECT raw FROM quarantine WHERE reason = 'answer_not_seen'"
+        ).fetchall()
     ]
     missing = set(acked) - set(stored)
-    assert not missing, f"{len(missing)} acknowledged calls lost, e.g. {sorted(missing)[:3]}"
+    in_the_window = {  # read whole within the last second before the kill, and quarantined
+        q
+        for q in missing
+        if killed_at - 1.0 <= acked_at[q] <= killed_at and any(q in raw for raw in unseen)
+    }
+    lost = missing - in_the_window
+    assert not lost, f"{len(lost)} acknowledged calls lost, e.g. {sorted(lost)[:3]}"
+    assert len(in_the_window) <= 4  # at most one call in flight per client at the kill
     assert len(stored) == len(set(stored))  # none twice
     assert res.calls_read >= len(acked) and res.calls_read == res.calls_committed
 

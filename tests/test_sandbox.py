@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.sandbox import Sandbox, SandboxConfig, run_python
-from tests.harness import is_bwrap, processes
+from tests.harness import is_bwrap, of_this_test_process, processes
 
 pytestmark = pytest.mark.usefixtures("sandbox_available")
 REPO = Path(__file__).resolve().parents[1]
@@ -116,7 +116,9 @@ def sandbox_processes() -> list[str]:
     """Host processes of the sandbox: bubblewrap and everything under its host uid."""
     uid = SandboxConfig().host_uid if os.geteuid() == 0 else None
     return [
-        f"{p['pid']} {' '.join(p['argv'])}" for p in processes() if is_bwrap(p) or p["uid"] == uid
+        f"{p['pid']} {' '.join(p['argv'])}"
+        for p in of_this_test_process(processes())
+        if is_bwrap(p) or p["uid"] == uid
     ]
 
 

@@ -576,6 +576,25 @@ def test_trainers_refuse_an_empty_split_before_any_model_loads(demo, tmp_path):
     assert res.exit_code == 2 and "the sft split is empty" in text, res.output
 
 
+def test_flow_train_reports_its_last_step_in_words(demo, tiny_model, tmp_path):
+    """What `flow train` prints at the end: the last step's metrics named and rounded, where
+    every metric is; not a Python dict."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    _, m, _ = demo
+    out = tmp_path / "run"
+    args = ["train", "--dataset", m["path"], "--model", tiny_model, "--out", str(out)]
+    args += ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--max-tokens", "8"]
+    res = CliRunner().invoke(app, [*args, "--rollout-backend", "transformers"])
+    assert res.exit_code == 0, res.output[-3000:]
+    text = " ".join(res.output.split())
+    assert "trained 1 step; step 1: reward " in text and "entropy " in text, text
+    assert f"every metric: {out}/metrics.jsonl" in text
+    assert "{" not in text and "'" not in text, text
+
+
 def test_a_size_of_zero_is_refused_before_anything_runs(tmp_path):
     from typer.testing import CliRunner
 

@@ -111,18 +111,43 @@ def _dataset_folder(values: dict, lake: str | None) -> None:
         values["dataset"] = folder
 
 
+# the last step's metrics a user reads first (every metric: metrics.jsonl, the curves)
+LAST_STEP = (
+    ("reward_mean", "reward"),
+    ("accuracy", "accuracy"),
+    ("format_rate", "format rate"),
+    ("tool_calls", "tool calls"),
+    ("entropy", "entropy"),
+    ("clip_frac_low", "clipped low"),
+    ("clip_frac_high", "clipped high"),
+    ("overlong_frac", "overlong"),
+    ("approx_kl", "KL"),
+    ("logp_mismatch_mean", "|Δ log p| sampler-trainer"),
+    ("tokens_per_s", "tokens/s"),
+)
+
+
+def _number(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3f}"
+    return str(v)
+
+
 def _print_train(out_: dict, out: str) -> None:
-    console.print(
-        f"trained {out_['steps']} steps; last: {esc(out_['last'])}; curves: {esc(out)}/curves.png"
-    )
+    last, n = out_["last"], out_["steps"]
+    if last:
+        shown = ", ".join(f"{name} {_number(last[k])}" for k, name in LAST_STEP if k in last)
+        console.print(f"trained {n} step{'' if n == 1 else 's'}; step {last['step']}: {shown}")
+    else:
+        console.print(f"trained {n} steps now: the run in {esc(out)} had done its steps")
+    console.print(f"  every metric: {esc(out)}/metrics.jsonl; curves: {esc(out)}/curves.png")
     if out_.get("stopped"):
         console.print(f"[yellow]stopped early[/yellow]: {esc(out_['stopped'])}")
     if out_["eval_before"]:
-        keep = lambda r: {m: round(v, 4) for m, v in r.items() if isinstance(v, float)}  # noqa: E731
-        console.print(
-            f"evaluation before: {esc(keep(out_['eval_before']))}\n"
-            f"evaluation after:  {esc(keep(out_['eval_after']))}"
-        )
+        for when in ("before", "after"):
+            scores = out_[f"eval_{when}"]
+            shown = ", ".join(f"{m} {v:.3f}" for m, v in scores.items() if isinstance(v, float))
+            console.print(f"evaluation {when}:{' ' if when == 'after' else ''} {esc(shown)}")
     if out_.get("best"):
         b = out_["best"]
         console.print(

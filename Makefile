@@ -76,7 +76,7 @@ test-all: setup
 # The fast tier: everything but the tests that start vLLM, train, run subprocess flows or the
 # mission (marked `heavy` in tests/conftest.py); a few minutes on 2 cores.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not heavy and not slow" --durations=10
+	$(BIN)/python -m pytest -q -m "not heavy and not slow" $(XDIST) --durations=10
 
 lint: setup
 	$(BIN)/ruff format --check . && $(BIN)/ruff check .

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.conftest import require_vllm
 from trainer.train import TrainConfig, update
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +88,9 @@ def test_two_gloo_processes_equal_one(tiny_model, tmp_path):
 
 def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
     """Two ranks with adaptive difficulty: each tracks its half of the questions, the logged
-    pool is both halves, the checkpoint holds both samplers and a resumed run loads them."""
+    pool is both halves, the checkpoint holds both samplers and a resumed run loads them. The
+    resumed run samples through a colocated vLLM engine on each rank (the README's torchrun
+    line, backend auto): its shutdown destroyed the process group the final barrier needed."""
     import subprocess
     import sys
 
@@ -159,6 +162,8 @@ def test_torchrun_two_processes_train_and_checkpoint(tiny_model, tmp_path):
         sum(m["adaptive_drawn"].values()) for m in logged
     )
     cmd[cmd.index("--steps") + 1] = "3"  # resume: each rank loads its own sampler
+    require_vllm()
+    cmd[cmd.index("--rollout-backend") + 1] = "vllm"
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     state = torch.load(out / "checkpoint-latest/trainer_state.pt", weights_only=True)

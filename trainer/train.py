@@ -389,12 +389,12 @@ def train(
                     save_train_state(latest, model, tokenizer, opt, sched, stream, step + 1,
                                      ent_coef, config, beta, samplers)  # fmt: skip
                 last_save = time.monotonic()
+    except BaseException:
+        close_engine(engine)
+        raise
     finally:
         if sandbox is not None:
             sandbox.close()
-        # a colocated vLLM engine is shut down now: left to the garbage collector, its shutdown
-        # can run while the next engine of the process starts and tear down that one's groups
-        close_engine(engine)
     samplers = sampler_states(stream, world)
     if rank == 0:
         save_train_state(latest, model, tokenizer, opt, sched, stream, reached, ent_coef, config,
@@ -410,5 +410,11 @@ def train(
         del trained
         gc.collect()
         dist.barrier()
+    # a colocated vLLM engine is shut down now: left to the garbage collector, its shutdown can
+    # run while the next engine of the process starts and tear down that one's groups. After
+    # the last collective: vLLM's shutdown destroys its groups and the default group of the
+    # process it shares with torchrun's ranks (the final barrier failed on every rank)
+    close_engine(engine)
+    if world > 1 and dist.is_initialized():
         dist.destroy_process_group()
     return history

@@ -252,6 +252,7 @@ LONGEST_FIRST = (
     "test_exports",
     "test_train",
     "test_recorder",
+    "test_ddp",
 )
 
 

@@ -158,3 +158,27 @@ def test_rollouts_stop_when_the_sandbox_is_unavailable(tiny_model):
         )
         with pytest.raises(SandboxUnavailable):
             run_episodes(eng, tok, [("q", "x")], k=1, config=cfg)
+
+
+def test_importing_the_flows_turns_prefect_telemetry_off():
+    """No network at run time: any script that imports the flows (bench/, a user's own) gets
+    Prefect's local server without telemetry; it tried to send some from bench/nano_seeds.py."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_SERVER_ANALYTICS")}
+    code = (
+        "import flows.evaluate\n"
+        "from prefect.settings import get_current_settings\n"
+        "print(get_current_settings().server.analytics_enabled)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[1],
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "False", res.stdout + res.stderr

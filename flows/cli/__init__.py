@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import signal
 
-# Prefect reads these at import: no telemetry (no network here), quiet logs under a progress bar.
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect reads this at import (telemetry is off in flows/__init__): quiet logs under a progress bar.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # The first start of the local server migrates a fresh database: allow it more than the 20 s default.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")

@@ -395,26 +395,28 @@ def train(
     finally:
         if sandbox is not None:
             sandbox.close()
-    samplers = sampler_states(stream, world)
-    if rank == 0:
-        save_train_state(latest, model, tokenizer, opt, sched, stream, reached, ent_coef, config,
-                         beta, samplers)  # fmt: skip
-        plot(out, CURVES)
-    if world > 1:
-        import gc
+    try:
+        samplers = sampler_states(stream, world)
+        if rank == 0:
+            save_train_state(latest, model, tokenizer, opt, sched, stream, reached, ent_coef,
+                             config, beta, samplers)  # fmt: skip
+            plot(out, CURVES)
+        if world > 1:
+            import gc
 
-        import torch.distributed as dist
+            import torch.distributed as dist
 
-        # free DDP's reducer while its process group still lives: gloo's destructor can wait
-        # forever on a peer that has already left
-        del trained
-        gc.collect()
-        dist.barrier()
-    # a colocated vLLM engine is shut down now: left to the garbage collector, its shutdown can
-    # run while the next engine of the process starts and tear down that one's groups. After
-    # the last collective: vLLM's shutdown destroys its groups and the default group of the
-    # process it shares with torchrun's ranks (the final barrier failed on every rank)
-    close_engine(engine)
+            # free DDP's reducer while its process group still lives: gloo's destructor can
+            # wait forever on a peer that has already left
+            del trained
+            gc.collect()
+            dist.barrier()
+    finally:
+        # a colocated vLLM engine is shut down now: left to the garbage collector, its shutdown
+        # can run while the next engine of the process starts and tear down that one's groups.
+        # After the last collective: vLLM's shutdown destroys its groups and the default group
+        # of the process it shares with torchrun's ranks (the final barrier failed on every rank)
+        close_engine(engine)
     if world > 1 and dist.is_initialized():
         dist.destroy_process_group()
     return history

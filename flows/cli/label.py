@@ -58,7 +58,7 @@ def _print_label(out: dict) -> None:
         console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
     if "judge" in out:
         j = out["judge"]
-        parses = ", ".join(f"{k} {v}" for k, v in sorted(j["status"].items())) or "none"
+        parses = plain(dict(sorted(j["status"].items()))) or "none"
         console.print(
             f"[bold]judge[/bold] {esc(j['judge'])}: {j['judged']} rollouts judged now, "
             f"{j['cached']} before; parses: {esc(parses)}"

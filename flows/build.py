@@ -10,6 +10,7 @@ from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.build import BuildConfig, build
 from pipeline.lake import Lake
+from pipeline.terminal import plain
 
 
 def markdown(m: dict) -> str:
@@ -24,9 +25,12 @@ def markdown(m: dict) -> str:
         f"| rl | {rl['rows']} |",
         f"| sft | {sft['rows']} |",
         "",
-        f"RL: labels `{rl['label_source']}`; supply {rl['supply']}; dropped {rl['dropped']}; selected {rl['selected']}; pyramid {rl['pyramid']} (targets {rl['targets']}).",
-        f"Short bins: {rl['short_bins'] or 'none'}. Entropy before {rl['entropy_before']}, after {rl['entropy_after']}.",
-        f"SFT: dropped {sft['dropped']}; entropy {sft['entropy']}.",
+        f"RL: labels `{rl['label_source']}`; supply {plain(rl['supply']) or 'none'}; "
+        f"dropped {plain(rl['dropped']) or 'none'}; selected {plain(rl['selected']) or 'none'}; "
+        f"pyramid {plain(rl['pyramid'])} (targets {plain(rl['targets'])}).",
+        f"Short bins: {plain(rl['short_bins']) or 'none'}. "
+        f"Entropy before {plain(rl['entropy_before'])}, after {plain(rl['entropy_after'])}.",
+        f"SFT: dropped {plain(sft['dropped']) or 'none'}; entropy {plain(sft['entropy'])}.",
         "",
         *_diversity_md(rl.get("diversity")),
         "![pyramid](pyramid.png)",

@@ -31,3 +31,12 @@ def clean(text: object) -> str:
 def esc(text: object) -> str:
     """For ``console.print(f"… {esc(value)} …")``: no markup, no control characters."""
     return escape(clean(text))
+
+
+def plain(value: object) -> str:
+    """A mapping as people write it ("easy 0.3, medium 0.5"), not as Python prints it."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {plain(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(map(plain, value))
+    return str(value)

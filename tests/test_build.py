@@ -200,3 +200,15 @@ def test_a_format_without_a_recorded_outcome_is_judged_against_the_ground_truth(
     recorded = features(msgs, "\\boxed{5}", True, None, "4", "integer")  # a recorded verdict wins
     assert recorded["correct"] and not recorded["verified_outcome"]
     assert not features(msgs, "\\boxed{4}", None, None)["correct"]  # nothing to judge by
+
+
+def test_the_build_artifact_says_its_counts_in_words(built):
+    """The Prefect artifact of a build (flows/build.py) is read in the UI: counts as people
+    write them ("all_wrong 120, all_correct 40"), never a Python dict."""
+    from flows.build import markdown
+
+    _, m, _, _ = built
+    text = markdown(m)
+    assert "{" not in text and "'" not in text, text
+    for k, v in m["rl"]["dropped"].items():
+        assert f"{k} {v}" in text

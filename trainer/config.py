@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pipeline.rollout.agent import AgentConfig
 from pipeline.rollout.policy_loop import read_loop, turn_tokens
+from pipeline.terminal import plain
 
 ROLLOUT_BACKENDS = ("auto", "vllm", "transformers")
 TOOLS = ("python", "none")
@@ -388,10 +389,10 @@ def check_dataset_split(dataset: str, split: str) -> None:
 
 def _why_empty(info: dict) -> str:
     """What the manifest says about an empty split, and what to do."""
-    dropped = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in info.get("dropped", {}).items())
+    dropped = plain({k.replace("_", " "): v for k, v in info.get("dropped", {}).items()})
     if "label_source" not in info:  # the sft split: correct trajectories
         return f"no correct trajectory was left ({dropped or 'none in the lake'})"
-    supply = ", ".join(f"{k} {v}" for k, v in info.get("supply", {}).items())
+    supply = plain(info.get("supply", {}))
     return (
         f"of its {info.get('input_questions', 0)} questions labelled from "
         f"{info['label_source']} no pyramid could be kept (dropped: {dropped or 'none'}; "

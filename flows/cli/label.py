@@ -20,7 +20,7 @@ from pipeline.build.config import BuildConfig
 from pipeline.judge.config import JudgeConfig
 from pipeline.label.config import LabelConfig
 from pipeline.lake import resolve_root
-from pipeline.terminal import esc
+from pipeline.terminal import esc, plain
 
 
 @app.command()
@@ -116,15 +116,6 @@ def label(config: LabelConfig, runner: RunnerConfig, lake: LakeOpt = None) -> No
         err.print(f"[red]error:[/red] {esc(e)}")
         raise typer.Exit(2) from None
     _print_label(out)
-
-
-def plain(value) -> str:
-    """A mapping as people write it ("easy 0.3, medium 0.5"), not as Python prints it."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {plain(v)}" for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return ", ".join(map(plain, value))
-    return str(value)
 
 
 def _print_build(m: dict) -> None:

@@ -31,6 +31,8 @@ _pin_xdist_worker()
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prefect-home-"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# as the command line (flows/cli): Prefect's 20 s is too short for a fresh server on a busy machine
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 import pytest  # noqa: E402
 
@@ -98,6 +100,22 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Pa
             build(out)
             (out / ".built").touch()
     return out
+
+
+@pytest.fixture(scope="session")
+def cli_env() -> dict[str, str]:
+    """The environment for a `flow` command a test starts: this test process's own Prefect server
+    (the temporary one its in-process flows use) named by PREFECT_API_URL. Without it, every
+    command starts a temporary server on a fresh database: 20-35 s of a CI core each. Tests of
+    the temporary server itself (tests/test_boundaries.py) leave it out."""
+    from prefect.server.api.server import SubprocessASGIServer
+
+    from flows.local_server import install
+
+    install()  # under the watchdog: it goes with this process
+    server = SubprocessASGIServer()
+    server.start(timeout=120)
+    return os.environ | {"PREFECT_API_URL": server.api_url}
 
 
 @pytest.fixture(scope="session")

@@ -318,17 +318,16 @@ def test_a_small_file_of_huge_invalid_lines_stays_in_bounded_memory(tmp_path):
     assert q.to_pylist() == [{"m": 64 << 10, "b": (1 << 20) + 2}]  # the start kept, the size told
 
 
-def test_special_files_do_not_hang_the_cli(tmp_path):
+def test_special_files_do_not_hang_the_cli(tmp_path, cli_env):
     d = tmp_path / "in"
     d.mkdir()
     os.symlink("/dev/zero", d / "zero.jsonl")
     os.mkfifo(d / "fifo.jsonl")
     (d / "ok.jsonl").write_text(json.dumps(CHAT) + "\n")
-    env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"))
     res = subprocess.run(
         [sys.executable, "-m", "flows.cli", "ingest", str(d), "--lake", str(tmp_path / "lake"),
          "--format", "openai_chat"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+        cwd=REPO, env=cli_env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     out = " ".join(res.stdout.split())
@@ -350,7 +349,7 @@ def _many_files(d: Path, n: int, records: int) -> None:
         (d / f"f{i:03d}.jsonl").write_bytes(b"".join(rows))
 
 
-def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
+def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path, cli_env):
     inputs, lake = tmp_path / "in", tmp_path / "lake"
     _many_files(inputs, 16, 2000)  # ~0.2 s a file: the signal lands with most of them to go
     env = dict(os.environ, PREFECT_HOME=str(tmp_path / "ph"))
@@ -373,7 +372,7 @@ def test_sigterm_stops_ingest_at_a_safe_point_and_a_rerun_finishes(tmp_path):
     while any(Path(f"/proc/{p}").exists() for p in server) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert server and not prefect_servers_of(proc.pid)  # its server went with it
-    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(cmd, cwd=REPO, env=cli_env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert query(Lake(str(lake)), "SELECT count(*) n FROM trajectories").to_pylist() == [
         {"n": 16 * 2000}

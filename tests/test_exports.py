@@ -484,7 +484,7 @@ def test_flow_query_reads_the_published_datasets_and_says_what_else_it_cannot(de
     assert res.exit_code == 1 and "published datasets only" in " ".join(res.output.split())
 
 
-def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path):
+def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path, cli_env):
     """Ctrl-C in `flow sft`: one line saying what stays and to rerun (not a traceback, exit
     130); checkpoints come by time by default (here every 0.06 s), so the rerun resumes from
     the last one and every step is logged once."""
@@ -495,7 +495,7 @@ def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path
     cmd = [sys.executable, "-m", "flows.cli", "sft", "--dataset", m["path"], "--out", str(out),
            "--steps", "40", "--batch-size", "4", "--checkpoint-minutes", "0.001"]  # fmt: skip
     repo = Path(__file__).parents[1]
-    env = os.environ | {"PREFECT_HOME": str(tmp_path / "prefect")}
+    env = cli_env
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     state = out / "checkpoint-latest" / "trainer_state.pt"
     deadline = time.monotonic() + 300

@@ -249,7 +249,13 @@ def _labels(lake) -> tuple[list, list]:
     return labels, rollouts
 
 
-def test_two_vllm_engines_on_dask_label_like_one(vllm_nano, nano_lake, tmp_path):
+@pytest.mark.parametrize(
+    "backend",
+    # vLLM's engines in Dask's daemonic workers (in-process engines): 200 s of CI's single core,
+    # two engine starts; the sharding, checkpoints and rerun are the same on transformers
+    ["transformers", pytest.param("vllm", marks=pytest.mark.slow)],
+)
+def test_two_engines_on_dask_label_like_one(backend, nano_sft, nano_lake, tmp_path, request):
     """Greedy labels of the nano policy: one engine in this process, then two engines in two
     Dask worker processes, one shard each; the same labels and the same tokens. A rerun of the
     sharded flow finds nothing left to do."""
@@ -257,9 +263,11 @@ def test_two_vllm_engines_on_dask_label_like_one(vllm_nano, nano_lake, tmp_path)
     from flows.runners import task_runner
     from pipeline.label import LabelConfig, label
 
-    policy, eng = vllm_nano
+    policy, eng = str(nano_sft[0]), None
+    if backend == "vllm":
+        policy, eng = request.getfixturevalue("vllm_nano")
     config = LabelConfig(
-        k=2, policy=policy, backend="vllm", sampling=Sampling(temperature=0.0, max_tokens=48),
+        k=2, policy=policy, backend=backend, sampling=Sampling(temperature=0.0, max_tokens=48),
         agent=NANO_AGENT, batch_questions=6,
     )  # fmt: skip
     one = _copy(nano_lake, tmp_path, "one")
@@ -268,7 +276,7 @@ def test_two_vllm_engines_on_dask_label_like_one(vllm_nano, nano_lake, tmp_path)
     flow = label_flow.with_options(task_runner=task_runner("dask", 2))
     sharded = replace(config, engines=2)
     out = flow(lake=two.root, config=sharded)
-    assert out["stats"]["labelled_now"] == 24 and out["stats"]["engine"] == "vllm"
+    assert out["stats"]["labelled_now"] == 24 and out["stats"]["engine"] == backend
     shards = {p.split("-")[-1] for p in two.parts("labels") if p.startswith("rollouts-")}
     assert len(shards) >= 4  # both shards checkpointed their own batches
     assert _labels(two) == _labels(one)

@@ -193,10 +193,10 @@ class MissionConfig:
             k=4,
             max_tokens=48,
             label_datasets=("nano_arith",),
-            # 6 questions x 4 (~17 s a question on one core): 9 of 10 came out between 0/4 and
-            # 4/4 in the run that set this, so the build has RL rows
+            # 6 questions x 4 (~17 s a question on one core): 8-9 of 10 came out between 0/4 and
+            # 4/4 in two runs at 10, so the build has RL rows
             label_limit=6,
-            train_steps=1,  # (~50 s a prompt on one core: one shows the loop and its TIS metrics)
+            train_steps=1,  # (74 s on one core: one shows the loop and its TIS metrics)
             prompts_per_step=1,
             group_size=4,
             backend="transformers",

@@ -495,8 +495,9 @@ def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path
     cmd = [sys.executable, "-m", "flows.cli", "sft", "--dataset", m["path"], "--out", str(out),
            "--steps", "40", "--batch-size", "4", "--checkpoint-minutes", "0.001"]  # fmt: skip
     repo = Path(__file__).parents[1]
-    env = cli_env
-    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cmd, cwd=repo, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     state = out / "checkpoint-latest" / "trainer_state.pt"
     deadline = time.monotonic() + 300
     while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -507,7 +508,7 @@ def test_an_interrupted_flow_sft_says_so_and_resumes_where_it_was(demo, tmp_path
     assert proc.returncode == 130, text[-3000:]
     assert "interrupted (Ctrl-C)" in text and "rerun the same command to continue" in text
     assert "Traceback" not in text, text[-3000:]
-    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, cwd=repo, env=cli_env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 41))  # each step once, in order

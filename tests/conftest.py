@@ -29,13 +29,10 @@ _pin_xdist_worker()
 
 # Prefect state and settings must be in place before prefect is imported anywhere.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="prefect-home-"))
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-# as the command line (flows/cli): Prefect's 20 s is too short for a fresh server on a busy machine
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
-
 import pytest  # noqa: E402
 
+import flows  # noqa: E402, F401 - the project's Prefect defaults (telemetry off, start timeout)
 from pipeline.ingest import IngestConfig, ingest  # noqa: E402
 from pipeline.lake import Lake  # noqa: E402
 from pipeline.rollout.agent import AgentConfig  # noqa: E402

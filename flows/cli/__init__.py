@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 import signal
 
-# Prefect reads this at import (telemetry is off in flows/__init__): quiet logs under a progress bar.
+# Prefect reads this at import (its other defaults are in flows/__init__): quiet logs under a
+# progress bar.
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-# The first start of the local server migrates a fresh database: allow it more than the 20 s default.
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # vLLM must not reconfigure logging under Prefect's handlers (a deadlock: rollout/engines.py)
 os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
 # torch's C++ warnings (NUMA binding at every vLLM CPU engine start) say nothing a user acts on;

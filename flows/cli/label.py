@@ -55,7 +55,7 @@ def _print_label(out: dict) -> None:
         buckets = {"all wrong": 0, "hard": 0, "medium": 0, "easy": 0, "all right": 0}
         for h in rows:  # the bins `flow build` balances (pipeline.build.select.pass_rate_bin)
             buckets[pass_rate_bin(h["pass_rate"], SelectConfig())] += h["questions"]
-        console.print(f"  {esc(src)}: " + ", ".join(f"{k} {v}" for k, v in buckets.items()))
+        console.print(f"  {esc(src)}: {esc(plain(buckets))}")
     if "judge" in out:
         j = out["judge"]
         parses = plain(dict(sorted(j["status"].items()))) or "none"

@@ -14,7 +14,7 @@ from flows.cli.common import (
 from flows.options import configured
 from pipeline.lake import Lake, resolve_root
 from pipeline.recorder.config import CommitConfig, RecorderConfig
-from pipeline.terminal import esc
+from pipeline.terminal import esc, plain
 
 
 @app.command()
@@ -96,7 +96,7 @@ def record_commit(config: CommitConfig, lake: LakeOpt = None) -> None:
         f"{out['calls_committed_before']}, in open episodes {out['calls_open']}"
     )
     if out["episodes_committed"]:
-        closed = ", ".join(f"{k} {v}" for k, v in sorted(out["closed_by"].items()))
+        closed = plain(dict(sorted(out["closed_by"].items())))
         console.print(
             f"episodes committed {out['episodes_committed']} ({closed}): "
             f"{ing.get('accepted', 0)} trajectories, {ing.get('quarantined', 0)} quarantined "

@@ -45,6 +45,7 @@ from pipeline.lake import Lake
 from pipeline.lake.eval_sets import registered
 from pipeline.lake.ids import digest
 from pipeline.lake.query import query
+from pipeline.terminal import plain
 from pipeline.verify.ground_truth import normalize_answer
 
 
@@ -295,7 +296,7 @@ def known_eval_warnings(
         out.append(
             f"CONTAMINATION: {sum(trained.values())} train-eligible questions are items of "
             f"well-known evaluation sets this run does not hold out: "
-            + ", ".join(f"{k} {n}" for k, n in sorted(trained.items()))
+            + plain(dict(sorted(trained.items())))
             + "; never report figures on those sets for a model trained on this data"
         )
     return out

@@ -7,6 +7,7 @@ folder, policy and dataset as parameters; ``flow serve`` serves them all from on
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -87,6 +88,27 @@ def runner_deployments(deployments: list[Deployment], timezone: str = "UTC") -> 
     ]
 
 
+class GoneRunFilter(logging.Filter):
+    """Prefect's runner, shutting down on Ctrl-C, kills every flow run it still tracks. The same
+    Ctrl-C reaches the run's own process (a terminal signals the whole group), so that process may
+    be gone already, or a finished run not yet dropped from the runner's map: the kill raises
+    ProcessLookupError and Prefect logs a traceback for a process whose end was the kill's goal.
+    Say it in one line instead; any other failure to kill keeps its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], ProcessLookupError):
+            record.msg = "Flow run '%s' had already exited when the runner shut down."
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_gone_runs() -> None:
+    log = logging.getLogger("prefect.runner.process_manager")
+    if not any(isinstance(f, GoneRunFilter) for f in log.filters):
+        log.addFilter(GoneRunFilter())
+
+
 def serve(path: str | Path | None = None, limit: int | None = 1) -> None:
     """Register and serve every deployment of the config; blocks, running scheduled and
     triggered runs (one at a time by default: stages of one lake should not overlap)."""
@@ -102,4 +124,5 @@ def serve(path: str | Path | None = None, limit: int | None = 1) -> None:
             landing = d.parameters["inputs"][0]
     if landing and "://" not in landing:
         Path(landing).mkdir(parents=True, exist_ok=True)
+    _quiet_gone_runs()
     prefect_serve(*runner_deployments(deployments, timezone), limit=limit)

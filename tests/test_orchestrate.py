@@ -183,6 +183,45 @@ def test_served_deployments_register_and_a_triggered_run_completes(harness, demo
     assert (tmp_path / "lake/tables/ingest_log").exists()
 
 
+def test_a_run_already_gone_at_ctrl_c_is_one_line_not_a_traceback():
+    """The CI race of the served test above: Ctrl-C reached the run's process before the runner's
+    own kill did. Prefect's real process manager, shutting down over a process that has exited."""
+    import asyncio
+    import logging
+    import uuid
+
+    import anyio
+    from prefect.runner._process_manager import ProcessHandle, ProcessManager
+
+    from flows.deployments import _quiet_gone_runs
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("prefect.runner.process_manager")
+    log.addHandler(handler)
+
+    async def shutdown_over_an_exited_run() -> None:
+        proc = await anyio.open_process([sys.executable, "-c", "pass"])
+        await proc.wait()  # exited and reaped: its pid names no process
+        async with ProcessManager() as manager:
+            await manager.add(uuid.uuid4(), ProcessHandle(proc))
+
+    try:
+        asyncio.run(shutdown_over_an_exited_run())
+        assert [r.exc_info and r.exc_info[0] for r in records] == [ProcessLookupError]  # Prefect's
+        records.clear()
+        _quiet_gone_runs()
+        _quiet_gone_runs()  # once per logger, however often serve() starts
+        asyncio.run(shutdown_over_an_exited_run())
+    finally:
+        log.removeHandler(handler)
+        log.filters.clear()
+    assert len(records) == 1 and records[0].exc_info is None
+    assert records[0].levelno == logging.INFO
+    assert "had already exited" in records[0].getMessage()
+
+
 def _run_argv(lake: Path, demo: str) -> list[str]:
     """`flow run --data-only` on the demo into ``lake``, as a subprocess runs it."""
     return [

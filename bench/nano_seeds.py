@@ -3,7 +3,8 @@
 held-out `nano_eval` questions (avg@8 at temperature 1, 95% interval), and the spread.
 
     python bench/nano_seeds.py --seeds 0,1,2 [--steps 3000] [--weight-decay 0.1] \
-        [--nano '{"layers": 3}'] [--lake /tmp/nano-seeds]
+        [--nano '{"layers": 3}'] [--sft '{"schedule": "constant", "lr": 0.002}'] \
+        [--lake /tmp/nano-seeds]
 
 One lake for every seed (ingest, validate and dedup run once; each seed's SFT has its own run
 folder, keyed by its config). Prints one row per seed, then best, worst and their gap: the
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=None, help="SFT steps (default: the mission's)")
     ap.add_argument("--nano", default=None, help='model size, JSON (e.g. {"layers": 3})')
     ap.add_argument("--weight-decay", type=float, default=None)
+    ap.add_argument("--sft", default=None, help="other SFTTrainConfig fields, JSON")
     ap.add_argument("--lake", default="/tmp/nano-seeds")
     ap.add_argument("--out", default=None, help="JSON results")
     a = ap.parse_args()
@@ -41,8 +43,13 @@ def main() -> None:
         options["nano"] = SFTTrainConfig().nano | json.loads(a.nano)
     if a.weight_decay is not None:
         options["weight_decay"] = a.weight_decay
-    base = replace(base, sft_options=options, sft_steps=a.steps or base.sft_steps)
-    print(f"SFT: {base.sft_steps} steps of {base.sft_batch}, options {options}")
+    if a.sft is not None:
+        options |= json.loads(a.sft)
+    lr = options.pop("lr", base.sft_lr)  # the mission's own field, not an option
+    base = replace(base, sft_options=options, sft_steps=a.steps or base.sft_steps, sft_lr=lr)
+    print(
+        f"SFT: {base.sft_steps} steps of {base.sft_batch}, lr {lr or 'default'}, options {options}"
+    )
     rows = []
     for seed in [int(s) for s in a.seeds.split(",")]:
         mission = replace(base, seed=seed)

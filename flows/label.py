@@ -30,7 +30,7 @@ def label_task(root: str, config: LabelConfig, fingerprint: str, code: str) -> d
     stage code). Live labels are checkpointed per batch, so a retry or a rerun resumes."""
     lake = Lake(root)
     stats = label(
-        lake, config, on_batch=lambda done, total: report("label", {"done": done, "total": total})
+        lake, config, on_episode=lambda done, total: report("label", {"done": done, "total": total})
     )
     return stats | {"_owns": owned_fingerprint(lake, "label")}
 
@@ -45,8 +45,8 @@ def label_shard_task(
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     lake = Lake(root)
-    on_batch = lambda done, total: report(f"label shard {shard}", {"done": done, "total": total})  # noqa: E731
-    return label(lake, config, on_batch=on_batch, only=question_ids) | {"shard": shard}
+    on_episode = lambda done, total: report(f"label shard {shard}", {"done": done, "total": total})  # noqa: E731
+    return label(lake, config, on_episode=on_episode, only=question_ids) | {"shard": shard}
 
 
 def _sharded(lk: Lake, config: LabelConfig, engines: int) -> tuple[dict, str]:

@@ -31,7 +31,7 @@ def _measure(event: str, payload: Any) -> tuple[str, int, int | None, str] | Non
         detail = f"{key} {value:.3f}" if isinstance(value, int | float) else ""
         return f"{event} step", int(payload["step"]), payload.get("steps"), detail
     if event == "label" and "done" in payload:
-        return "label", int(payload["done"]), payload.get("total"), "questions"
+        return "label", int(payload["done"]), payload.get("total"), "episodes"
     if event == "eval" and "done" in payload:
         return "eval", int(payload["done"]), payload.get("total"), "episodes"
     return None

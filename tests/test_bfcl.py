@@ -240,11 +240,15 @@ def test_a_bfcl_style_rl_run_labels_builds_trains_and_exports_for_trl(tiny_model
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     cfg = LabelConfig(
-        k=4, policy=tiny_model, limit=12, sampling=Sampling(max_tokens=64),
+        k=4, policy=tiny_model, limit=12, sampling=Sampling(max_tokens=64), batch_questions=5,
         agent=AgentConfig(system_prompt=None, sandbox_workers=0),
     )  # fmt: skip
-    stats = label(lake, cfg, engine=ScriptedEngine(tok, script))
+    told: list[tuple[int, int]] = []
+    stats = label(
+        lake, cfg, on_episode=lambda *c: told.append(c), engine=ScriptedEngine(tok, script)
+    )
     assert stats["labelled_now"] == 12
+    assert told == [(n, 48) for n in range(1, 49)]  # each episode as it ends, across 3 batches
     rates = query(lake, "SELECT pass_rate FROM labels WHERE label_source = 'rollouts'").to_pylist()
     assert {r["pass_rate"] for r in rates} == {0.25, 0.5, 0.75}  # BFCL's verdicts, as scripted
     m = build(lake, BuildConfig(name="fc", label_source="rollouts"))

@@ -28,13 +28,13 @@ def test_a_long_sft_prints_a_line_every_interval_and_at_the_end():
     assert out[-1].startswith("sft step 100/100 (100%): 1.00 steps/s") and "left" not in out[-1]
 
 
-def test_labelling_counts_questions_and_training_shows_accuracy():
+def test_labelling_counts_episodes_and_training_shows_accuracy():
     out, clock = [], Clock()
     lines = ProgressLines(out.append, enabled=True, every=10, clock=clock)
-    for done in (0, 16, 32, 48, 64):
+    for done in (0, 128, 256, 384, 512):  # 64 questions x 8, told as each episode ends
         clock.t += 12
-        lines("label", {"done": done, "total": 64})
-    assert out[-1] == "label 64/64 (100%): 1.33 questions/s"
+        lines("label", {"done": done, "total": 512})
+    assert out[-1] == "label 512/512 (100%): 10.67 episodes/s"
     lines("train", {"step": 1, "steps": 3, "accuracy": 0.25})
     clock.t += 60
     lines("train", {"step": 3, "steps": 3, "accuracy": 0.5})
@@ -74,3 +74,24 @@ def test_an_engine_start_through_the_cli_leaves_no_warnings_on_the_console(tiny_
     )
     assert res.returncode == 0 and "engine started" in res.stdout, res.stderr[-2000:]
     assert "FutureWarning" not in res.stderr and "NUMA binding" not in res.stderr, res.stderr
+
+
+def test_a_log_gets_no_tqdm_bars_from_libraries_that_draw_their_own():
+    """transformers' GGUF conversion draws a tqdm bar whatever HF_HUB_DISABLE_PROGRESS_BARS says;
+    with stderr a file (a log) the CLI's process draws none."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    code = (
+        "import flows.cli\n"
+        "from tqdm.auto import tqdm\n"
+        "print(sum(tqdm(range(3), desc='Converting and de-quantizing GGUF tensors...')))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TQDM_DISABLE"}
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "3", res.stderr[-2000:]
+    assert "de-quantizing" not in res.stderr, res.stderr

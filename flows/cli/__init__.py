@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 
 # Prefect reads this at import (its other defaults are in flows/__init__): quiet logs under a
 # progress bar.
@@ -17,6 +18,11 @@ os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 # transformers' own bars ("Loading weights", "Writing model shards", GGUF conversion) follow this
 # switch: a second each, printed into every stage's log; the commands report their own progress
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+# the bars that ignore that switch (transformers' GGUF conversion calls tqdm itself) write one line
+# per redraw into a log; where stderr is not a terminal (CI, nohup, a deployment) tqdm is off and
+# the commands' own progress lines say the same (flows/progress_lines.py)
+if not sys.stderr.isatty():
+    os.environ.setdefault("TQDM_DISABLE", "1")
 
 # the command modules register their commands on ``app`` in this order (``flow --help``)
 # isort: off

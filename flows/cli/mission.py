@@ -65,7 +65,7 @@ def run(config: RunConfig, lake: LakeOpt = None) -> None:
                 files["n"] += 1
                 status.update(f"ingest {files['n']}/{files['total']} files")
             elif event == "label":
-                status.update(f"label {payload['done']}/{payload['total']} questions")
+                status.update(f"label {payload['done']}/{payload['total']} episodes")
             elif event == "eval" and "done" in payload:
                 status.update(f"eval {payload['done']}/{payload['total']} episodes")
             elif event == "sft" and "loss" in payload:

@@ -207,12 +207,14 @@ def _labelled(lake: Lake, prefix: str) -> set[str]:
 def rollout_labels(
     lake: Lake,
     config: LabelConfig,
-    on_batch: Callable[[int, int], None] | None = None,
+    on_episode: Callable[[int, int], None] | None = None,
     engine=None,
     only: list[str] | None = None,
 ) -> dict:
     """K live episodes per question; resumable per batch of questions. ``only``: label just
-    these question ids (a shard of a plan made by ``planned``), those not labelled yet."""
+    these question ids (a shard of a plan made by ``planned``), those not labelled yet.
+    ``on_episode(done, total)``: told as each episode ends, counted over the whole run (a run
+    that is one batch still shows progress)."""
     policy = config.policy
     revision = policy_revision(config)
     key = config.config_key()
@@ -257,6 +259,7 @@ def rollout_labels(
                 config.agent,
                 config.sampling,
                 sandbox=sandbox,
+                on_done=_offset(on_episode, stats["episodes"], len(todo) * config.k),
             )
             by_q = {q["question_id"]: q for q in batch}
             rollouts, labels = [], []
@@ -313,14 +316,17 @@ def rollout_labels(
             )  # the checkpoint
             stats["labelled_now"] += len(batch)
             stats["episodes"] += len(rollouts)
-            if on_batch:
-                on_batch(stats["labelled_now"], len(todo))
     finally:
         if sandbox is not None:
             sandbox.close()
         if own_engine:
             close(engine)
     return stats | {"engine": engine.name}
+
+
+def _offset(on_episode: Callable[[int, int], None] | None, before: int, total: int):
+    """A batch's ``on_done(done, _)`` as the run's ``on_episode(before + done, total)``."""
+    return None if on_episode is None else lambda done, _: on_episode(before + done, total)
 
 
 def _labellable(rows: list[dict]) -> list[dict]:
@@ -354,7 +360,7 @@ def _verdict(q: dict, e):
 def label(
     lake: Lake,
     config: LabelConfig | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
+    on_episode: Callable[[int, int], None] | None = None,
     engine=None,
     only: list[str] | None = None,
 ) -> dict:
@@ -363,7 +369,7 @@ def label(
         return recorded_labels(lake)
     if engine is not None and config.policy is None:
         raise LabelError("live labelling needs the policy's path (its revision keys the labels)")
-    return rollout_labels(lake, config, on_batch, engine, only) | {"source": "rollouts"}
+    return rollout_labels(lake, config, on_episode, engine, only) | {"source": "rollouts"}
 
 
 def pass_rate_histogram(lake: Lake) -> list[dict]:

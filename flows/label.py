@@ -22,6 +22,7 @@ from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
 from pipeline.label import LabelConfig, judge_signal, label, pass_rate_histogram, planned, shards
 from pipeline.lake import Lake
+from pipeline.terminal import plain
 
 
 @task(name="label", **CACHED, **RETRIES)
@@ -117,7 +118,7 @@ def label_flow(lake: str | None = None, config: LabelConfig | None = None) -> di
     lines = [
         "# Pass rates",
         "",
-        ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in stats.items()),
+        plain({k.replace("_", " "): v for k, v in stats.items()}),
         "",
         "| source | pass rate | questions |",
         "|---|---|---|",

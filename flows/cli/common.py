@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline.lake import Lake
-from pipeline.terminal import clean, esc
+from pipeline.terminal import clean, esc, plain
 
 HELP = {"help_option_names": ["-h", "--help"]}  # -h as well, on every command
 
@@ -122,7 +122,7 @@ def print_stage(stage: str, out: dict) -> None:
 
     counts = stage_summary(stage, out)
     state = " (nothing new: done before)" if out.get("state") == "Cached" else ""
-    line = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in counts.items())
+    line = plain({k.replace("_", " "): v for k, v in counts.items()})
     console.print(
         f"[bold]{esc(stage)}[/bold]{state}: {esc(line)}"
         if line

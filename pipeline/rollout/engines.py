@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -317,6 +318,9 @@ class VLLMEngine:
         # an episode's next turn resends its whole conversation: the cached prefix is not
         # computed again (token-in, token-out: the ids are the ones already in the cache)
         kwargs.setdefault("enable_prefix_caching", True)
+        # vLLM's weight-loading bar ignores TQDM_DISABLE (it passes `disable` itself): drawn on a
+        # terminal only, not into every stage's log (a big model's load on a GPU takes minutes)
+        kwargs.setdefault("use_tqdm_on_load", sys.stderr.isatty())
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,

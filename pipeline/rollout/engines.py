@@ -17,7 +17,6 @@ import hashlib
 import importlib.util
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -318,9 +317,9 @@ class VLLMEngine:
         # an episode's next turn resends its whole conversation: the cached prefix is not
         # computed again (token-in, token-out: the ids are the ones already in the cache)
         kwargs.setdefault("enable_prefix_caching", True)
-        # vLLM's weight-loading bar ignores TQDM_DISABLE (it passes `disable` itself): drawn on a
-        # terminal only, not into every stage's log (a big model's load on a GPU takes minutes)
-        kwargs.setdefault("use_tqdm_on_load", sys.stderr.isatty())
+        # vLLM's weight-loading bar passes tqdm's `disable` itself, so tqdm's own switch
+        # (TQDM_DISABLE: the CLI sets it where stderr is a log) is honoured here by hand
+        kwargs.setdefault("use_tqdm_on_load", not os.environ.get("TQDM_DISABLE"))
         self.llm = LLM(
             model=model_path,
             gpu_memory_utilization=gpu_memory_utilization,

@@ -17,12 +17,24 @@ from dataclasses import replace
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
+from prefect.futures import wait
 
 from flows.caching import CACHED, RETRIES, owned_fingerprint, run_cached
 from flows.progress import locked, log_upstream, report
-from pipeline.label import LabelConfig, judge_signal, label, pass_rate_histogram, planned, shards
+from pipeline.label import (
+    Checkpointed,
+    LabelConfig,
+    judge_signal,
+    label,
+    pass_rate_histogram,
+    planned,
+    shards,
+)
 from pipeline.lake import Lake
 from pipeline.terminal import plain
+
+POLL_SECONDS = 5.0
+"""How often a sharded run counts its shards' checkpointed episodes for its progress."""
 
 
 @task(name="label", **CACHED, **RETRIES)
@@ -45,17 +57,19 @@ def label_shard_task(
     serves one engine: CUDA keeps the device it first started on)."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    lake = Lake(root)
-    on_episode = lambda done, total: report(f"label shard {shard}", {"done": done, "total": total})  # noqa: E731
-    return label(lake, config, on_episode=on_episode, only=question_ids) | {"shard": shard}
+    return label(Lake(root), config, only=question_ids) | {"shard": shard}
 
 
 def _sharded(lk: Lake, config: LabelConfig, engines: int) -> tuple[dict, str]:
-    """Plan once, label the shards in parallel, add their counts up."""
+    """Plan once, label the shards in parallel, add their counts up. Progress: the episodes
+    every shard has checkpointed in the lake, counted every ``POLL_SECONDS`` (the shards' engines
+    may be in other processes, where no callback reaches the command line)."""
     todo, stats = planned(lk, config)
     stats |= {"labelled_now": 0, "episodes": 0, "engines": engines}
     if not todo:
         return stats, "Cached"  # nothing left to label for this policy and config
+    checkpointed = Checkpointed(lk, config)
+    before, total = checkpointed.episodes(), len(todo) * config.k
     gpus = _visible_gpus()
     parts = shards(todo, engines)
     futures = [
@@ -69,6 +83,10 @@ def _sharded(lk: Lake, config: LabelConfig, engines: int) -> tuple[dict, str]:
         for i, part in enumerate(parts)
         if part
     ]
+    pending = futures
+    while pending:
+        pending = list(wait(pending, timeout=POLL_SECONDS).not_done)
+        report("label", {"done": checkpointed.episodes() - before, "total": total})
     for f in futures:
         r = f.result()
         stats["labelled_now"] += r["labelled_now"]

@@ -255,11 +255,16 @@ def _labels(lake) -> tuple[list, list]:
     # two engine starts; the sharding, checkpoints and rerun are the same on transformers
     ["transformers", pytest.param("vllm", marks=pytest.mark.slow)],
 )
-def test_two_engines_on_dask_label_like_one(backend, nano_sft, nano_lake, tmp_path, request):
+def test_two_engines_on_dask_label_like_one(
+    backend, nano_sft, nano_lake, tmp_path, request, monkeypatch
+):
     """Greedy labels of the nano policy: one engine in this process, then two engines in two
-    Dask worker processes, one shard each; the same labels and the same tokens. A rerun of the
-    sharded flow finds nothing left to do."""
+    Dask worker processes, one shard each; the same labels and the same tokens. The run's
+    progress, counted from the shards' checkpoints (no callback crosses into a worker process),
+    rises to every episode. A rerun of the sharded flow finds nothing left to do."""
+    from flows import label as label_module
     from flows.label import label_flow
+    from flows.progress import get_hook, set_hook
     from flows.runners import task_runner
     from pipeline.label import LabelConfig, label
 
@@ -275,8 +280,17 @@ def test_two_engines_on_dask_label_like_one(backend, nano_sft, nano_lake, tmp_pa
     two = _copy(nano_lake, tmp_path, "two")
     flow = label_flow.with_options(task_runner=task_runner("dask", 2))
     sharded = replace(config, engines=2)
-    out = flow(lake=two.root, config=sharded)
+    events, previous = [], get_hook()
+    set_hook(lambda event, payload: events.append(payload) if event == "label" else None)
+    monkeypatch.setattr(label_module, "POLL_SECONDS", 0.5)
+    try:
+        out = flow(lake=two.root, config=sharded)
+    finally:
+        set_hook(previous)
     assert out["stats"]["labelled_now"] == 24 and out["stats"]["engine"] == backend
+    done = [e["done"] for e in events]
+    assert {e["total"] for e in events} == {48} and done[-1] == 48, events
+    assert done == sorted(done) and len(set(done)) > 2, done  # batch by batch, never back
     shards = {p.split("-")[-1] for p in two.parts("labels") if p.startswith("rollouts-")}
     assert len(shards) >= 4  # both shards checkpointed their own batches
     assert _labels(two) == _labels(one)

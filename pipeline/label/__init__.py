@@ -4,6 +4,7 @@ from pipeline.label.config import LabelConfig
 from pipeline.label.errors import LabelError
 
 __all__ = [
+    "Checkpointed",
     "LabelConfig",
     "LabelError",
     "judge_signal",
@@ -18,6 +19,7 @@ __all__ = [
 
 
 _STAGE = {
+    "Checkpointed",
     "judge_signal",
     "label",
     "model_revision",

@@ -324,6 +324,23 @@ def rollout_labels(
     return stats | {"engine": engine.name}
 
 
+class Checkpointed:
+    """Episodes the live labelling of one policy revision and config has checkpointed so far,
+    every shard's batches together: the progress of a run whose engines work in other processes
+    (a process pool, Dask, Ray), where no callback reaches the command line."""
+
+    def __init__(self, lake: Lake, config: LabelConfig, revision: str | None = None) -> None:
+        self.lake, self.prefix = lake, _prefix(revision or policy_revision(config), config)
+        self._seen: dict[str, int] = {}  # part -> its episodes (parts are written once)
+
+    def episodes(self) -> int:
+        for part in self.lake.parts("labels"):
+            if part.startswith(self.prefix) and part not in self._seen:
+                k = self.lake.read_columns("labels", part, ["k"])["k"].to_pylist()
+                self._seen[part] = sum(k)
+        return sum(self._seen.values())
+
+
 def _offset(on_episode: Callable[[int, int], None] | None, before: int, total: int):
     """A batch's ``on_done(done, _)`` as the run's ``on_episode(before + done, total)``."""
     return None if on_episode is None else lambda done, _: on_episode(before + done, total)

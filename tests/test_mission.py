@@ -84,13 +84,13 @@ def test_the_sft_policy_learnt_from_scratch_solves_a_clear_share(mission):
         lake,
         "SELECT value FROM evals WHERE stage = 'sft' AND metric = 'average@4' AND slice = 'all'",
     )
-    assert sft["value"] >= 0.15  # 0.36 in the run that set this
+    assert sft["value"] >= 0.5  # 0.740-0.792 on seeds 0-3 (docs/training.md)
     (pool,) = _q(
         lake,
         """SELECT avg(correct::INT) share FROM rollouts r JOIN valid_questions q USING (question_id)
            WHERE q.dataset = 'nano_arith'""",
     )
-    assert pool["share"] >= 0.15  # 0.30
+    assert pool["share"] >= 0.5  # 0.784 and 0.839 on seeds 0 and 3
 
 
 def test_labels_are_the_sft_policys_own_live_rollouts_with_sandboxed_calls(mission):
@@ -104,7 +104,7 @@ def test_labels_are_the_sft_policys_own_live_rollouts_with_sandboxed_calls(missi
         """SELECT count(*) episodes, sum(tool_calls) calls, sum(tool_calls - tool_errors) ok_calls,
                   count(*) FILTER (correct) right_ FROM rollouts""",
     )[0]
-    assert stats["episodes"] == 96 * 8
+    assert stats["episodes"] == 64 * 8
     assert stats["ok_calls"] > stats["episodes"] // 2  # the policy really calls the tool
     assert stats["right_"] > 0
     # a tool message in a rollout is what the sandbox printed for the policy's own code
@@ -132,7 +132,7 @@ def test_the_dataset_comes_from_those_pass_rates_and_training_and_eval_are_recor
     }
     (run,) = (cwd / "data/lake/runs").glob("demo-v1-grpo-*")  # keyed on weights and settings
     metrics = (run / "metrics.jsonl").read_text().splitlines()
-    assert len(metrics) == 6
+    assert len(metrics) == 4
     evals = _q(
         lake,
         "SELECT stage, eval_set, metric, value, n, k FROM evals "

@@ -21,6 +21,10 @@ STAGES = ("ingest", "validate", "dedup", "sft", "label", "build", "train", "eval
 """The mission's stages, in order (``flow run``)."""
 DATA_STAGES = ("ingest", "validate", "dedup", "label", "build")
 """The data stages (``flow run --data-only``, the scheduled deployments)."""
+NANO_SFT_LR = 1e-3
+"""The mission's SFT learning rate for the nano policy: held-out avg@8 0.910 / 0.912 / 0.863 on
+seeds 0-2 (copy jumps at steps 735 / 648 / 869), where the SFT stage's own 3e-3 gave 0.832 /
+0.711 / 0.830 (jumps at 1,291-1,610; bench/nano_seeds.py, docs/training.md)."""
 
 
 def nano_agent() -> AgentConfig:
@@ -92,7 +96,8 @@ class MissionConfig:
     lora_rank: int = 0
     """SFT with LoRA adapters of this rank (0: full fine-tuning)."""
     sft_lr: float | None = None
-    """SFT learning rate (None: 3e-3 for the nano policy, 1e-5 for a pretrained model)."""
+    """SFT learning rate (None: ``NANO_SFT_LR`` for the nano policy, the SFT stage's 1e-5 for a
+    pretrained model)."""
     sft_max_length: int = 2048
     """SFT trajectories longer than this many tokens are left out (counted)."""
     sft_options: dict = field(default_factory=lambda: {"weight_decay": 0.1})
@@ -125,11 +130,9 @@ class MissionConfig:
                 "levels": [1],
                 "weights": [17, 1, 1, 1],
             },
+            # at NANO_SFT_LR the copy jump came at step ~250-350 on seeds 0-3: SFT avg@4 0.760 /
+            # 0.740 / 0.771 / 0.792 (at 3e-3 seed 1's had not come by step 700: 0.0)
             sft_steps=700,
-            # at 3e-3 (the nano default) the copy jump of seed 1 had not come by step 700 (avg@4
-            # 0.0, seed 0: 0.667); at 1e-3 it came at ~250-350 on seeds 0-3: SFT avg@4 0.760 /
-            # 0.740 / 0.771 / 0.792, GRPO 0.750 / 0.750 / 0.781 / 0.833 (2026-12-07)
-            sft_lr=1e-3,
             sft_options={},  # one level learns without weight decay
             label_limit=64,  # 512 live episodes: 43-52 of 64 questions mixed on those seeds
             train_steps=4,

@@ -130,7 +130,7 @@ class MissionConfig:
                 "levels": [1],
                 "weights": [17, 1, 1, 1],
             },
-            # at NANO_SFT_LR the copy jump came at step ~250-350 on seeds 0-3: SFT avg@4 0.760 /
+            # at NANO_SFT_LR the copy jump came at step ~250-380 on seeds 0-3: SFT avg@4 0.760 /
             # 0.740 / 0.771 / 0.792 (at 3e-3 seed 1's had not come by step 700: 0.0)
             sft_steps=700,
             sft_options={},  # one level learns without weight decay

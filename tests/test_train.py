@@ -4,6 +4,7 @@ through the agent loop (tool tokens masked), and a resumed run equals an uninter
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -19,6 +20,17 @@ PROMPTS = [{"question_id": f"q{i}", "question": f"Say something about {i}."} for
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden=64, heads=2, kv_heads=1))
+
+
+class _Records(logging.Handler):
+    """Keeps what a logger emitted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
 
 def policy_tokens(e):
@@ -159,8 +171,17 @@ def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_pat
         max_tokens=8,
         rollout_backend="vllm",
     )
-    hist = train(cfg, PROMPTS, lambda e, q: len(policy_tokens(e)) / 8)
+    seen = _Records()
+    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    reload_log.addHandler(seen)
+    try:
+        hist = train(cfg, PROMPTS, lambda e, q: len(policy_tokens(e)) / 8)
+    finally:
+        reload_log.removeHandler(seen)
     assert len(hist) == 2
+    # the pushes reloaded every layer: no "Failed to load weights" (the rotary table's, which
+    # vLLM recomputes, is filtered; any other layer's would be a real miss)
+    assert not [r for r in seen.records if "Failed to load" in r.msg], seen.records
     # vLLM's own log-probs of what it sampled are kept and compared with pi_old every step;
     # truncated importance sampling is on by default with vLLM
     for h in hist:

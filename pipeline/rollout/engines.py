@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -394,11 +395,27 @@ class VLLMEngine:
         return [[self.completion(c) for c in o.outputs] for o in outs]
 
 
+class _RotaryReloadFilter(logging.Filter):
+    """Drops vLLM's "RotaryEmbedding: Failed to load weights" at every weight push: the rotary
+    table is computed, never a checkpoint tensor (transformers keeps ``inv_freq`` out of the
+    state dict), and vLLM puts its own table back; a warning per GRPO step in every log would
+    be noise. The same warning for any other layer still shows: that one would be real."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.args and record.args[0] == "RotaryEmbedding")
+
+
+_ROTARY_FILTER = _RotaryReloadFilter()
+
+
 def push_weights(engine: VLLMEngine, model) -> None:
     """Load a training model's current weights into a live (in-process) vLLM engine.
 
     The CPU build repacks linear weights at start-up, so the older ``load_weights`` path leaves the
     engine half-updated; ``reload_weights`` with checkpoint-format tensors works on both builds."""
+    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if _ROTARY_FILTER not in reload_log.filters:
+        reload_log.addFilter(_ROTARY_FILTER)
     state = [(k, v.detach().to("cpu")) for k, v in model.state_dict().items()]
     engine.llm.collective_rpc(
         "reload_weights", kwargs={"weights_iterator": state, "is_checkpoint_format": True}

@@ -22,17 +22,6 @@ def small_model(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden=64, heads=2, kv_heads=1))
 
 
-class _Records(logging.Handler):
-    """Keeps what a logger emitted."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def policy_tokens(e):
     return [t for t, m in zip(e.response_ids, e.mask, strict=True) if m]
 
@@ -171,7 +160,9 @@ def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_pat
         max_tokens=8,
         rollout_backend="vllm",
     )
-    seen = _Records()
+    records: list[logging.LogRecord] = []
+    seen = logging.Handler()
+    seen.emit = records.append  # as test_orchestrate's capture of Prefect's runner log
     reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     reload_log.addHandler(seen)
     try:
@@ -181,7 +172,7 @@ def test_colocated_vllm_rollouts_follow_the_trained_weights(small_model, tmp_pat
     assert len(hist) == 2
     # the pushes reloaded every layer: no "Failed to load weights" (the rotary table's, which
     # vLLM recomputes, is filtered; any other layer's would be a real miss)
-    assert not [r for r in seen.records if "Failed to load" in r.msg], seen.records
+    assert not [r for r in records if "Failed to load" in r.msg], records
     # vLLM's own log-probs of what it sampled are kept and compared with pi_old every step;
     # truncated importance sampling is on by default with vLLM
     for h in hist:

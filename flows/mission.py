@@ -64,7 +64,7 @@ class MissionConfig:
     label_limit: int | None = None
     """Label at most this many questions (None: all). All: the nano policy at lr 1e-3 solves most
     questions 8 of 8, so 800 labelled left 11 hard ones and a pyramid of 55; all 1,921 (~4 min on
-    two cores) gave 25 hard and 125 (docs/training.md).
+    two cores) gave 20-25 hard and pyramids of 100-125 in two runs (docs/training.md).
     """
     train_steps: int = 60
     """GRPO-TCR steps."""

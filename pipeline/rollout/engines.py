@@ -402,7 +402,11 @@ class _RotaryReloadFilter(logging.Filter):
     be noise. The same warning for any other layer still shows: that one would be real."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.args and record.args[0] == "RotaryEmbedding")
+        return not (
+            record.msg == "%s: Failed to load weights"
+            and record.args
+            and record.args[0] == "RotaryEmbedding"
+        )
 
 
 _ROTARY_FILTER = _RotaryReloadFilter()

@@ -85,7 +85,7 @@ def questions(items, prefix: str) -> list[dict]:
 def sft_policy(out: Path, levels: tuple[int, ...], steps: int) -> str:
     with Sandbox(AGENT.sandbox, 2) as box:
         rows = trajectories(tasks(1800, seed=0, levels=levels), box)
-    sft(SFTTrainConfig(out=str(out), steps=steps, agent=AGENT), rows)
+    sft(SFTTrainConfig(out=str(out), steps=steps, lr=3e-3, agent=AGENT), rows)  # its figures' lr
     return str(out / "checkpoint-latest")
 
 

@@ -60,7 +60,7 @@ def nano_policy(out: Path, steps: int) -> Path:
         for i, t in enumerate(tasks(1200, seed=0, levels=(1,))):
             messages, answer = solve(t, i, box, ("direct", "recovery", "verify")[i % 3])
             rows.append({"record_id": f"b{i}", "question": t.question, "messages": messages})
-    sft(SFTTrainConfig(out=str(out), steps=steps, agent=AGENT), rows)
+    sft(SFTTrainConfig(out=str(out), steps=steps, lr=3e-3, agent=AGENT), rows)  # its figures' lr
     return out / "checkpoint-latest"
 
 

@@ -20,11 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from flows.evaluate import eval_flow
-from flows.mission import NANO_SFT_LR, MissionConfig
+from flows.mission import MissionConfig
 from flows.pipeline import pipeline_flow
 from pipeline.evaluate.config import EvalConfig
 from pipeline.rollout.engines import Sampling
-from trainer.config import SFTTrainConfig
+from trainer.config import NANO_SFT_LR, SFTTrainConfig
 
 
 def main() -> None:

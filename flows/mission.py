@@ -21,10 +21,6 @@ STAGES = ("ingest", "validate", "dedup", "sft", "label", "build", "train", "eval
 """The mission's stages, in order (``flow run``)."""
 DATA_STAGES = ("ingest", "validate", "dedup", "label", "build")
 """The data stages (``flow run --data-only``, the scheduled deployments)."""
-NANO_SFT_LR = 1e-3
-"""The mission's SFT learning rate for the nano policy: held-out avg@8 0.910 / 0.912 / 0.863 on
-seeds 0-2 (copy jumps at steps 735 / 648 / 869), where the SFT stage's own 3e-3 gave 0.832 /
-0.711 / 0.830 (jumps at 1,291-1,610; bench/nano_seeds.py, docs/training.md)."""
 
 
 def nano_agent() -> AgentConfig:
@@ -97,8 +93,8 @@ class MissionConfig:
     lora_rank: int = 0
     """SFT with LoRA adapters of this rank (0: full fine-tuning)."""
     sft_lr: float | None = None
-    """SFT learning rate (None: ``NANO_SFT_LR`` for the nano policy, the SFT stage's 1e-5 for a
-    pretrained model)."""
+    """SFT learning rate (None: the SFT stage's default, ``trainer.config.NANO_SFT_LR`` for the
+    nano policy, 1e-5 for a pretrained model)."""
     sft_max_length: int = 2048
     """SFT trajectories longer than this many tokens are left out (counted)."""
     sft_options: dict = field(default_factory=lambda: {"weight_decay": 0.1})

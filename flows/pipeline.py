@@ -25,7 +25,7 @@ from flows.build import build_flow
 from flows.dedup import dedup_flow
 from flows.ingest import ingest_flow
 from flows.label import label_flow
-from flows.mission import DATA_STAGES, NANO_SFT_LR, MissionConfig
+from flows.mission import DATA_STAGES, MissionConfig
 from flows.mission import STAGES as MISSION_STAGES
 from flows.progress import locked, report
 from flows.runners import task_runner
@@ -172,7 +172,7 @@ def _sft(run: _Run) -> _Step:
         model=base_model(run.lake, m.base_model),
         steps=m.sft_steps,
         batch_size=m.sft_batch,
-        lr=m.sft_lr if m.sft_lr is not None or m.base_model else NANO_SFT_LR,
+        lr=m.sft_lr,
         lora_rank=m.lora_rank,
         max_length=m.sft_max_length,
         agent=m.agent,

@@ -4,6 +4,7 @@ the nano tasks with the sandboxed python tool, resume, and `flow sft` on a built
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -317,3 +318,17 @@ def test_micro_batches_give_the_whole_batchs_update(tmp_path):
     assert whole[0] != whole[1]  # the first update changed the model (batches differ too)
     with pytest.raises(ValueError, match="micro_batch_size"):
         SFTTrainConfig(micro_batch_size=-1, agent=NANO_AGENT)
+
+
+def test_the_run_folder_is_keyed_on_the_learning_rate_the_run_uses():
+    """The default lr is resolved before the run key: an explicit equal lr finds the same run
+    (the mission passes none), another lr or a changed default starts a new one."""
+    from trainer.config import NANO_SFT_LR
+    from trainer.sft import run_key
+
+    rows = [{"record_id": "r1"}, {"record_id": "r2"}]
+    nano = SFTTrainConfig(agent=NANO_AGENT)
+    assert nano.learning_rate() == NANO_SFT_LR
+    assert run_key(rows, nano) == run_key(rows, replace(nano, lr=NANO_SFT_LR))
+    assert run_key(rows, nano) != run_key(rows, replace(nano, lr=3e-3))
+    assert SFTTrainConfig(model="some/folder").learning_rate() == 1e-5

@@ -272,6 +272,12 @@ class TrainConfig:
             check_judge(self.judge)
 
 
+NANO_SFT_LR = 1e-3
+"""SFT learning rate of the nano policy from scratch: held-out avg@8 0.910 / 0.912 / 0.863 on
+seeds 0-2 of the main job (copy jumps at steps 735 / 648 / 869), where 3e-3 gave 0.832 / 0.711 /
+0.830 (jumps at 1,291-1,610; bench/nano_seeds.py, docs/training.md)."""
+
+
 @dataclass
 class SFTTrainConfig:
     out: str = "runs/sft"
@@ -289,7 +295,8 @@ class SFTTrainConfig:
     """Trajectories per forward/backward pass (the gradient of the whole batch, accumulated;
     activations' memory grows with this); 0: the whole batch at once."""
     lr: float | None = None
-    """Default: 3e-3 for the nano policy, 1e-5 for a given model."""
+    """Default (``learning_rate()``): ``NANO_SFT_LR`` for the nano policy, 1e-5 for a given
+    model."""
     warmup_steps: int = 10
     """Linear learning-rate warmup steps."""
     schedule: str = "cosine"
@@ -332,6 +339,12 @@ class SFTTrainConfig:
         }
     )
     """The nano policy (model=None): Qwen2 dimensions and the BPE vocabulary size."""
+
+    def learning_rate(self) -> float:
+        """``lr``, or the default for the policy being trained."""
+        if self.lr is not None:
+            return self.lr
+        return NANO_SFT_LR if self.model is None else 1e-5
 
     def check_inputs(self) -> None:
         """The files the run reads exist: the base model's folder and the dataset's sft/ split."""

@@ -45,7 +45,9 @@ def run_key(rows: list[dict], config: SFTTrainConfig) -> str:
 
     from pipeline.lake.ids import digest
 
-    blob = {"rows": sorted(r["record_id"] for r in rows)} | asdict(replace(config, out=""))
+    # the resolved lr: a default that changes starts a new run, and an explicit equal lr finds it
+    settings = asdict(replace(config, out="", lr=config.learning_rate()))
+    blob = {"rows": sorted(r["record_id"] for r in rows)} | settings
     return digest(orjson.dumps(blob, default=str, option=orjson.OPT_SORT_KEYS), 8)
 
 
@@ -191,7 +193,7 @@ def sft(config: SFTTrainConfig, rows: list[dict] | None = None, on_step=None) ->
     data, skipped = examples(tokenizer, rows, config)
     if not data:
         raise ValueError(f"no trajectory can be rendered for SFT: {skipped}")
-    lr = config.lr if config.lr is not None else (3e-3 if config.model is None else 1e-5)
+    lr = config.learning_rate()
     trained = [p for p in model.parameters() if p.requires_grad]  # all, or LoRA's adapters
     opt = torch.optim.AdamW(trained, lr=lr, weight_decay=config.weight_decay)
     warm = max(1, config.warmup_steps)

@@ -7,9 +7,11 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
         --seeds 1 --steps 6 --eval-every 6 --prompts 4 --pool 96 --held-out 32 --lr 1e-6
 
 ``--real``: the real mission's agent (SmolLM2's chat template, the system prompt, declared
-tools, 512-token responses, 160 tokens a turn), rollouts and evaluation through vLLM where it
-is installed (so TIS and |Δ log p| are measured), and per step entropy, clip fractions,
-overlong fraction, tool calls per episode and |Δ log p|; held-out results with 95% intervals.
+tools, 512-token responses, 160 tokens a turn) and gradient accumulation, rollouts and
+evaluation through vLLM where it is installed (so TIS and |Δ log p| are measured), held-out:
+the real mission's 32 ``nano_eval`` questions (never in its SFT data; ``--held-out`` is
+unused), and per step entropy, clip fractions, overlong fraction, response length, tool calls
+per episode and |Δ log p|; held-out results with 95% intervals.
 
 1. An SFT policy: ``--policy`` (e.g. the main job's ``data/lake/runs/sft-*/checkpoint-latest``),
    or the nano policy trained here from scratch on solver trajectories (``--levels``).
@@ -49,6 +51,7 @@ AGENT = AgentConfig(
 )
 SAMPLING = Sampling(temperature=1.0, max_tokens=48)
 BACKEND, EVAL_K = "transformers", 8  # --real: vLLM where installed, avg@4
+TRAIN_EXTRA: dict = {}  # --real: the real mission's gradient accumulation (memory)
 VARIANTS = {
     "grpo-tcr": ({"eps_high": 0.28, "loss_agg": "token", "use_overlong": True}, "filtered"),
     "grpo": ({"eps_high": 0.20, "loss_agg": "sequence", "use_overlong": False}, "filtered"),
@@ -61,13 +64,27 @@ VARIANTS = {
 
 def use_real() -> None:
     """Switch the bench to the real mission's agent and sampling (flow run --real)."""
-    global AGENT, SAMPLING, BACKEND, EVAL_K
+    global AGENT, SAMPLING, BACKEND, EVAL_K, TRAIN_EXTRA
     from flows.mission import MissionConfig
 
     real = MissionConfig.real()
     AGENT = replace(real.agent, sandbox_workers=2)
     SAMPLING = Sampling(temperature=1.0, max_tokens=real.max_tokens)
     BACKEND, EVAL_K = "auto", 4
+    # 16 sequences of ~900 tokens through 30 layers at once took 22.5 GB: the mission's parts
+    TRAIN_EXTRA = {"grad_accum": real.train_options["grad_accum"]}
+
+
+def real_split(n_pool: int, levels: tuple[int, ...]) -> tuple[list, list]:
+    """The real mission's held-out nano questions (its ``nano_eval``, which its SFT data never
+    holds), and a pool of other nano questions (seed 7)."""
+    from flows.mission import MissionConfig
+
+    nano = MissionConfig.real().nano
+    _, held = split(nano["n_pool"], nano["n_eval"], 0, tuple(nano["levels"]))
+    seen = {t.question for t in held}
+    pool = split(n_pool + len(held), 0, seed=7, levels=levels)[0]
+    return [t for t in pool if t.question not in seen][:n_pool], held
 
 
 def questions(items, prefix: str) -> list[dict]:
@@ -126,6 +143,7 @@ PER_STEP = (
     "clip_frac_low",
     "clip_frac_high",
     "overlong_frac",
+    "response_len",
     "tool_calls",
     "format_rate",
     "accuracy",
@@ -156,6 +174,7 @@ def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base
             seed=seed,
             l_max=AGENT.max_response_tokens,
             l_cache=48,
+            **TRAIN_EXTRA,
             **overrides,
         )
         history += train(cfg, pool)
@@ -206,7 +225,10 @@ def main() -> None:
     policy = args.policy or sft_policy(
         Path(tempfile.mkdtemp(prefix="abl-sft-")), levels, args.sft_steps
     )
-    pool_tasks, held_tasks = split(args.pool, args.held_out, seed=7, levels=levels)
+    if args.real:  # --held-out is the mission's: its nano_eval questions
+        pool_tasks, held_tasks = real_split(args.pool, levels)
+    else:
+        pool_tasks, held_tasks = split(args.pool, args.held_out, seed=7, levels=levels)
     pool, held = questions(pool_tasks, "p"), questions(held_tasks, "h")
     counts = pass_counts(policy, pool)
     filtered = [q for q in pool if 0 < counts[q["question_id"]] < 8]

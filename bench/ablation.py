@@ -198,6 +198,7 @@ def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed, first-seed+1, ...")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--prompts", type=int, default=16)
@@ -247,13 +248,13 @@ def main() -> None:
         f"  ({time.perf_counter() - t0:.0f} s)"
     )
     results = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for variant in args.variants.split(","):
             r = run(variant, seed, policy, pools[VARIANTS[variant][1]], held, args, base)
             results.append(r)
             print(json.dumps(r))
     print(
-        f"\n| variant | final avg@{EVAL_K} (mean ± sd over {args.seeds} seeds) | 95% CI (seed 0) | Δ vs SFT | steps to SFT+{args.target_gain:.2f} | reached |"
+        f"\n| variant | final avg@{EVAL_K} (mean ± sd over {args.seeds} seeds) | 95% CI (seed {args.first_seed}) | Δ vs SFT | steps to SFT+{args.target_gain:.2f} | reached |"
     )
     print("|---|---|---|---|---|---|")
     for variant in args.variants.split(","):
@@ -265,8 +266,8 @@ def main() -> None:
             f"| {variant} | {statistics.mean(finals):.4f} ± {sd:.4f} | {rs[0]['final_ci']} | {statistics.mean(finals) - base[0]:+.4f} | "
             f"{statistics.mean(reached) if reached else '-'} | {len(reached)}/{len(rs)} |"
         )
-    print("\nper step (seed 0): " + " | ".join(("variant", "step", *PER_STEP)))
-    for r in (r for r in results if r["seed"] == 0):
+    print(f"\nper step (seed {args.first_seed}): " + " | ".join(("variant", "step", *PER_STEP)))
+    for r in (r for r in results if r["seed"] == args.first_seed):
         for h in r["per_step"]:
             cells = [f"{h[k]:.4g}" if isinstance(h[k], float) else str(h[k]) for k in PER_STEP]
             print(" | ".join((r["variant"], str(h["step"]), *cells)))

@@ -4,7 +4,7 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
     python bench/ablation.py [--seeds 3] [--steps 40] [--eval-every 10] [--minibatches 2]
                              [--policy SFT_DIR]
     python bench/ablation.py --real --policy data/lake/runs/sft-*/checkpoint-latest \
-        --seeds 1 --steps 6 --eval-every 6 --prompts 4 --pool 96 --held-out 32 --lr 1e-6
+        --levels 1,2 --seeds 1 --steps 4 --eval-every 4 --prompts 4 --pool 64 --lr 1e-5 --warmup 0
 
 ``--real``: the real mission's agent (SmolLM2's chat template, the system prompt, declared
 tools, 512-token responses, 160 tokens a turn) and gradient accumulation, rollouts and

@@ -112,9 +112,8 @@ def main() -> None:
 
         with Sandbox(AGENT.sandbox, 2) as box:
             rows = trajectories(tasks(1000, seed=0, levels=(1,)), box)
-        sft(
-            SFTTrainConfig(out=str(tmp / "sft"), steps=400, lr=3e-3, agent=AGENT), rows
-        )  # its figures' lr
+        cfg = SFTTrainConfig(out=str(tmp / "sft"), steps=400, lr=3e-3, agent=AGENT)  # its figures'
+        sft(cfg, rows)
         policy = str(tmp / "sft/checkpoint-latest")
     tok = AutoTokenizer.from_pretrained(policy)
     judge = (

@@ -24,7 +24,7 @@ from flows.mission import MissionConfig
 from flows.pipeline import pipeline_flow
 from pipeline.evaluate.config import EvalConfig
 from pipeline.rollout.engines import Sampling
-from trainer.config import NANO_SFT_LR, SFTTrainConfig
+from trainer.config import SFTTrainConfig
 
 
 def main() -> None:
@@ -48,7 +48,7 @@ def main() -> None:
     lr = options.pop("lr", base.sft_lr)  # the mission's own field, not an option
     base = replace(base, sft_options=options, sft_steps=a.steps or base.sft_steps, sft_lr=lr)
     print(
-        f"SFT: {base.sft_steps} steps of {base.sft_batch}, lr {lr or NANO_SFT_LR}, options {options}"
+        f"SFT: {base.sft_steps} steps of {base.sft_batch}, lr {SFTTrainConfig(lr=lr).learning_rate()}, options {options}"
     )
     rows = []
     for seed in [int(s) for s in a.seeds.split(",")]:

@@ -370,6 +370,29 @@ def of_this_test_process(procs: list[dict]) -> list[dict]:
     return [p for p in procs if p["pid"] not in theirs]
 
 
+def not_started_elsewhere(found: list[dict], procs: list[dict], inside) -> list[dict]:
+    """``found`` less what another program on the host runs (a user's mission, a benchmark):
+    processes whose nearest ancestor outside the sandbox (``inside(p)`` false) is alive and
+    neither this test process, its descendants nor its ancestors. What escaped a sandbox of
+    ours stays in: the kernel reparents it to init or a subreaper, both our ancestors."""
+    import os
+
+    by_pid = {p["pid"]: p for p in procs}
+    ours = {os.getpid()} | {d["pid"] for d in descendants_of(os.getpid(), procs)}
+    pid = os.getpid()
+    while pid in by_pid and pid not in (0, 1):
+        pid = by_pid[pid]["ppid"]
+        ours.add(pid)
+    kept = []
+    for p in found:
+        up = by_pid.get(p["ppid"])
+        while up is not None and inside(up):
+            up = by_pid.get(up["ppid"])
+        if up is None or up["pid"] in ours:
+            kept.append(p)
+    return kept
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now."""
     with socket.socket() as s:

@@ -9,8 +9,8 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
 ``--real``: the real mission's agent (SmolLM2's chat template, the system prompt, declared
 tools, 512-token responses, 160 tokens a turn) and gradient accumulation, rollouts and
 evaluation through vLLM where it is installed (so TIS and |Δ log p| are measured), held-out:
-the real mission's 32 ``nano_eval`` questions (never in its SFT data; ``--held-out`` is
-unused), and per step entropy, clip fractions, overlong fraction, response length, tool calls
+the real mission's 32 ``nano_eval`` questions (never in its SFT data) and, with ``--held-out``
+above 32, more nano questions neither in its SFT data nor in the pool, and per step entropy, clip fractions, overlong fraction, response length, tool calls
 per episode and |Δ log p|; held-out results with 95% intervals.
 
 1. An SFT policy: ``--policy`` (e.g. the main job's ``data/lake/runs/sft-*/checkpoint-latest``),
@@ -75,16 +75,21 @@ def use_real() -> None:
     TRAIN_EXTRA = {"grad_accum": real.train_options["grad_accum"]}
 
 
-def real_split(n_pool: int, levels: tuple[int, ...]) -> tuple[list, list]:
-    """The real mission's held-out nano questions (its ``nano_eval``, which its SFT data never
-    holds), and a pool of other nano questions (seed 7)."""
+def real_split(n_pool: int, levels: tuple[int, ...], n_held: int) -> tuple[list, list]:
+    """A pool of nano questions (seed 7) and held-out ones: the real mission's ``nano_eval``
+    (which its SFT data never holds) and, past its size, more drawn with seed 11 that are neither
+    in the mission's SFT data nor in the pool (a 32-question interval is ~0.14 wide)."""
     from flows.mission import MissionConfig
 
     nano = MissionConfig.real().nano
-    _, held = split(nano["n_pool"], nano["n_eval"], 0, tuple(nano["levels"]))
+    sft_data, held = split(nano["n_pool"], nano["n_eval"], 0, tuple(nano["levels"]))
     seen = {t.question for t in held}
     pool = split(n_pool + len(held), 0, seed=7, levels=levels)[0]
-    return [t for t in pool if t.question not in seen][:n_pool], held
+    pool = [t for t in pool if t.question not in seen][:n_pool]
+    taken = seen | {t.question for t in (*sft_data, *pool)}
+    extra = split(3 * n_held, 0, seed=11, levels=levels)[0]
+    held += [t for t in extra if t.question not in taken][: max(0, n_held - len(held))]
+    return pool, held
 
 
 def questions(items, prefix: str) -> list[dict]:
@@ -208,7 +213,9 @@ def main() -> None:
     ap.add_argument("--minibatches", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--pool", type=int, default=400)
-    ap.add_argument("--held-out", type=int, default=40)
+    ap.add_argument(
+        "--held-out", type=int, help="held-out questions (default 40; --real: the mission's 32)"
+    )
     ap.add_argument("--target-gain", type=float, default=0.05)
     ap.add_argument("--policy", help="an SFT policy folder (default: train the nano one here)")
     ap.add_argument("--levels", default="1,2,3", help="nano levels of the pool and the SFT data")
@@ -226,10 +233,10 @@ def main() -> None:
     policy = args.policy or sft_policy(
         Path(tempfile.mkdtemp(prefix="abl-sft-")), levels, args.sft_steps
     )
-    if args.real:  # --held-out is the mission's: its nano_eval questions
-        pool_tasks, held_tasks = real_split(args.pool, levels)
+    if args.real:  # the mission's nano_eval questions first
+        pool_tasks, held_tasks = real_split(args.pool, levels, args.held_out or 32)
     else:
-        pool_tasks, held_tasks = split(args.pool, args.held_out, seed=7, levels=levels)
+        pool_tasks, held_tasks = split(args.pool, args.held_out or 40, seed=7, levels=levels)
     pool, held = questions(pool_tasks, "p"), questions(held_tasks, "h")
     counts = pass_counts(policy, pool)
     filtered = [q for q in pool if 0 < counts[q["question_id"]] < 8]

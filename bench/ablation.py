@@ -4,7 +4,8 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
     python bench/ablation.py [--seeds 3] [--steps 40] [--eval-every 10] [--minibatches 2]
                              [--policy SFT_DIR]
     python bench/ablation.py --real --policy data/lake/runs/sft-*/checkpoint-latest \
-        --levels 1,2 --seeds 1 --steps 4 --eval-every 4 --prompts 4 --pool 64 --lr 1e-5 --warmup 0
+        --levels 1,2 --seeds 1 --steps 4 --eval-every 4 --prompts 4 --pool 64 --lr 1e-5 --warmup 0 \
+        [--held-out 128] [--first-seed 2]
 
 ``--real``: the real mission's agent (SmolLM2's chat template, the system prompt, declared
 tools, 512-token responses, 160 tokens a turn) and gradient accumulation, rollouts and

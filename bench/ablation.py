@@ -11,8 +11,9 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
 tools, 512-token responses, 160 tokens a turn) and gradient accumulation, rollouts and
 evaluation through vLLM where it is installed (so TIS and |Δ log p| are measured), held-out:
 the real mission's 32 ``nano_eval`` questions (never in its SFT data) and, with ``--held-out``
-above 32, more nano questions neither in its SFT data nor in the pool, and per step entropy, clip fractions, overlong fraction, response length, tool calls
-per episode and |Δ log p|; held-out results with 95% intervals.
+above 32, more nano questions neither in its SFT data nor in the pool; per step entropy, clip
+fractions, overlong fraction, response length, tool calls per episode and |Δ log p|; held-out
+results with 95% intervals.
 
 1. An SFT policy: ``--policy`` (e.g. the main job's ``data/lake/runs/sft-*/checkpoint-latest``),
    or the nano policy trained here from scratch on solver trajectories (``--levels``).

@@ -5,7 +5,7 @@ lake's correct trajectories), the same data order and steps, each mode in its ow
     flow run --real --until sft --lake /work/real/lake     # the lake: its model and trajectories
     python bench/real_sft.py --lake /work/real/lake [--steps 20] [--modes lora,full]
 
-Per mode: the loss over the steps, seconds a step, trained tokens a second, peak resident
+Per mode: the loss over the steps, seconds a step, loss (assistant) tokens a second, peak resident
 memory, and the policy's held-out nano avg@4 (the real mission's 32 ``nano_eval`` questions,
 with its 95% interval), tool calls an episode and format rate through vLLM. Learning rates:
 LoRA r16 at the real mission's 5e-4; full fine-tuning at ``--full-lr`` (default 5e-5, a tenth
@@ -76,7 +76,7 @@ def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path
         "rows": len(rows),
         "loss": [round(h["loss"], 4) for h in history],
         "seconds_per_step": round(seconds / len(history), 2),
-        "tokens_per_second": round(tokens / seconds, 1),
+        "loss_tokens_per_second": round(tokens / seconds, 1),
         "peak_rss_gb_training": round(train_rss, 2),
         "heldout_avg@4": m["average@4"],
         "heldout_ci": [round(x, 4) for x in m["ci"]["average@4"]],
@@ -115,13 +115,13 @@ def main() -> None:
         results.append(r)
         print(json.dumps(r), flush=True)
     print(
-        "\n| mode | lr | loss first → last | s / step | tokens / s | peak RSS (GB) | held-out nano avg@4 | tool calls / episode | format rate |"
+        "\n| mode | lr | loss first → last | s / step | loss tokens / s | peak RSS (GB) | held-out nano avg@4 | tool calls / episode | format rate |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['mode']} | {r['lr']:g} | {r['loss'][0]:.3f} → {r['loss'][-1]:.3f} | "
-            f"{r['seconds_per_step']} | {r['tokens_per_second']} | {r['peak_rss_gb_training']} | "
+            f"{r['seconds_per_step']} | {r['loss_tokens_per_second']} | {r['peak_rss_gb_training']} | "
             f"{r['heldout_avg@4']:.3f} {r['heldout_ci']} | {r['tool_calls']} | {r['format_rate']} |"
         )
     Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))

@@ -28,10 +28,9 @@ from pathlib import Path
 
 def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path) -> dict:
     """Train and evaluate one mode (runs in its own process, so its peak memory is its own)."""
-    from bench.ablation import questions
+    from bench.ablation import questions, real_split
     from flows.mission import MissionConfig
     from pipeline.build import lake_sft_rows
-    from pipeline.demo.nano import split
     from pipeline.evaluate import evaluate
     from pipeline.rollout.engines import Sampling, close, make_engine
     from trainer.sft import SFTTrainConfig, sft
@@ -56,8 +55,7 @@ def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path
     history = sft(config, rows)
     seconds = time.perf_counter() - t0
     train_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GB (kB on Linux)
-    nano = real.nano
-    held = questions(split(nano["n_pool"], nano["n_eval"], 0, tuple(nano["levels"]))[1], "h")
+    held = questions(real_split(0, tuple(real.nano["levels"]), real.nano["n_eval"])[1], "h")
     eng = make_engine(str(out / mode / "checkpoint-latest"), "auto")
     try:
         m = evaluate(

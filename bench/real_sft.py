@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]  # each mode runs as ``python -m bench.real_sft``
+
 
 def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path) -> dict:
     """Train and evaluate one mode (runs in its own process, so its peak memory is its own)."""
@@ -105,7 +107,7 @@ def main() -> None:
         cmd += ["--lake", args.lake, "--steps", str(args.steps), "--full-lr", str(args.full_lr)]
         cmd += ["--warmup", str(args.warmup)]
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode or line is None:
             sys.exit(f"{mode} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

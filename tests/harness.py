@@ -358,23 +358,12 @@ def descendants_of(pid: int, procs: list[dict]) -> list[dict]:
     return out
 
 
-def of_this_test_process(procs: list[dict]) -> list[dict]:
-    """Leave out what other pytest-xdist workers started (their sandboxes, servers): the
-    processes under this worker's siblings. What escaped a sandbox into init stays in."""
-    import os
-
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return procs
-    siblings = [p["pid"] for p in procs if p["ppid"] == os.getppid() and p["pid"] != os.getpid()]
-    theirs = set(siblings) | {d["pid"] for s in siblings for d in descendants_of(s, procs)}
-    return [p for p in procs if p["pid"] not in theirs]
-
-
 def not_started_elsewhere(found: list[dict], procs: list[dict], inside) -> list[dict]:
-    """``found`` less what another program on the host runs (a user's mission, a benchmark):
-    processes whose nearest ancestor outside the sandbox (``inside(p)`` false) is alive and
-    neither this test process, its descendants nor its ancestors. What escaped a sandbox of
-    ours stays in: the kernel reparents it to init or a subreaper, both our ancestors."""
+    """``found`` less what another program on the host runs (another pytest-xdist worker, a
+    user's mission, a benchmark): processes whose nearest ancestor outside the sandbox
+    (``inside(p)`` false) is alive and neither this test process, its descendants nor its
+    ancestors. What escaped a sandbox of ours stays in: the kernel reparents it to init or a
+    subreaper, both our ancestors."""
     import os
 
     by_pid = {p["pid"]: p for p in procs}

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.sandbox import Sandbox, SandboxConfig, run_python
-from tests.harness import is_bwrap, not_started_elsewhere, of_this_test_process, processes
+from tests.harness import is_bwrap, not_started_elsewhere, processes
 
 pytestmark = pytest.mark.usefixtures("sandbox_available")
 REPO = Path(__file__).resolve().parents[1]
@@ -114,14 +114,14 @@ def secret_in_parent_env():
 
 def sandbox_processes() -> list[str]:
     """Host processes of this test's sandboxes: bubblewrap and everything under its host uid,
-    less other xdist workers' and other programs' (tests.harness.not_started_elsewhere)."""
+    less other programs' and other xdist workers' (tests.harness.not_started_elsewhere)."""
     uid = SandboxConfig().host_uid if os.geteuid() == 0 else None
     procs = processes()
 
     def inside(p: dict) -> bool:
         return is_bwrap(p) or p["uid"] == uid
 
-    found = [p for p in of_this_test_process(procs) if inside(p)]
+    found = [p for p in procs if inside(p)]
     return [
         f"{p['pid']} {' '.join(p['argv'])}" for p in not_started_elsewhere(found, procs, inside)
     ]

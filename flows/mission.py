@@ -62,6 +62,10 @@ class MissionConfig:
     questions 8 of 8, so 800 labelled left 11 hard ones and a pyramid of 55; all 1,921 (~4 min on
     two cores) gave 20-25 hard and pyramids of 100-125 in two runs (docs/training.md).
     """
+    rl_size: int | None = None
+    """The RL dataset's requested size (None: the largest 30/50/20 pyramid the labels allow). A
+    requested size takes each bin's share of it, or what a short bin has (reported per bin);
+    without one, an empty bin leaves no pyramid at all."""
     train_steps: int = 60
     """GRPO-TCR steps."""
     prompts_per_step: int = 16
@@ -132,6 +136,9 @@ class MissionConfig:
             sft_steps=700,
             sft_options={},  # one level learns without weight decay
             label_limit=64,  # 512 live episodes: 43-52 of 64 questions mixed on those seeds
+            # but only 0-2 hard (1-2 of 8): the largest 30/50/20 pyramid was 0 or 5 questions.
+            # 16 asked for: easy 5, medium 8, hard 3 or what the hard bin has (short_bins)
+            rl_size=16,
             train_steps=4,
             prompts_per_step=8,
             eval_k=4,
@@ -200,6 +207,7 @@ class MissionConfig:
             # 6 questions x 4 (~17 s a question on one core): 8-9 of 10 came out between 0/4 and
             # 4/4 in two runs at 10, so the build has RL rows
             label_limit=6,
+            rl_size=4,  # easy 1, medium 2, hard 1, each bin what it has (6 questions hold 0-2)
             train_steps=1,  # (74 s on one core: one shows the loop and its TIS metrics)
             prompts_per_step=1,
             group_size=4,

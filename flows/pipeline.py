@@ -31,6 +31,7 @@ from flows.progress import locked, report
 from flows.runners import task_runner
 from flows.validate import validate_flow
 from pipeline.build import BuildConfig
+from pipeline.build.select import SelectConfig
 from pipeline.dedup import DedupConfig
 from pipeline.demo.nano import EVAL_SET
 from pipeline.label import LabelConfig, model_revision
@@ -216,6 +217,7 @@ def _build(run: _Run) -> _Step:
         system_prompt=run.mission.agent.system_prompt,
         label_source="rollouts",
         label_revision=model_revision(run.the_policy()),  # this policy's pass rates only
+        select=SelectConfig(size=run.mission.rl_size),
     )
     return _Step(build_flow, {"lake": run.root, "config": config}, after=keep)
 

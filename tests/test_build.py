@@ -104,6 +104,27 @@ def test_short_bin_is_reported_not_filled():
     assert sel.report["selected"]["hard"] == 2 and sel.report["largest_size_meeting_ratios"] == 10
 
 
+def test_an_empty_bin_leaves_no_pyramid_and_says_so_unless_a_size_is_asked():
+    """The CI mission's 64 labels once held no hard question: the largest 30/50/20 pyramid was
+    empty, silently. Now a warning names the empty bin; a requested size takes the other bins'
+    shares and reports the empty one as short."""
+    from pipeline.build.stage import no_pyramid
+
+    items = [
+        {"question_id": f"q{i}", "pass_rate": p, "domain": "m", "source": "s", "tool_pattern": "x"}
+        for i, p in enumerate([0.5] * 15 + [0.875] * 33 + [1.0] * 6)
+    ]
+    sel = select(items)
+    assert sel.rows == [] and sel.report["largest_size_meeting_ratios"] == 0
+    (warning,) = no_pyramid(sel.report)
+    assert "the hard bin is empty" in warning and "--size" in warning
+    sized = select(items, SelectConfig(size=16))
+    assert sized.report["selected"] == {"easy": 5, "medium": 8, "hard": 0}
+    assert sized.report["short_bins"] == {"hard": {"have": 0, "need": 3}}
+    assert no_pyramid(sized.report) == [] and len(sized.rows) == 13
+    assert no_pyramid(select(items[:0]).report) == []  # nothing mixed: nothing to explain
+
+
 def test_bins_generalize_to_any_k():
     cfg = SelectConfig()
     assert [difficulty(i / 8, cfg) for i in range(9)] == [

@@ -194,6 +194,7 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     sel.report["input_questions"] += sum(unverifiable.values())
     sel.report["dropped"] |= dict(unverifiable)
     rl_rows = [{k: r.get(k) for k in RL_ROWS.names} for r in sel.rows]
+    warnings += no_pyramid(sel.report)
 
     sft_rows, sft_dropped = select_sft(lake, config)
 
@@ -295,6 +296,21 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     manifest["path"] = lake.path("datasets", name, f"v{version}")
     manifest["unchanged"] = False
     return manifest
+
+
+def no_pyramid(report: dict) -> list[str]:
+    """Why a selection with mixed questions came out empty: a bin the targets ask for is empty,
+    so the largest dataset meeting the ratios has no question."""
+    supply, targets = report["supply"], report["targets"]
+    empty = [b for b, share in targets.items() if share > 0 and supply[b] == 0]
+    if report["requested_size"] is not None or not empty or not sum(supply.values()):
+        return []
+    return [
+        f"no {'/'.join(str(round(100 * t)) for t in targets.values())} pyramid fits the labels: "
+        f"the {' and '.join(empty)} bin{'s are' if len(empty) > 1 else ' is'} empty (supply "
+        f"{supply}), so the RL split is empty; ask for a size (--size N: each bin gives its "
+        "share or what it has), label more questions, or change the targets"
+    ]
 
 
 def _latest_manifest(lake: Lake, name: str, version: int) -> dict | None:

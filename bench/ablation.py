@@ -5,7 +5,7 @@ model-aware filtering against the unfiltered question pool, same seeds, several 
                              [--policy SFT_DIR]
     python bench/ablation.py --real --policy data/lake/runs/sft-*/checkpoint-latest \
         --levels 1,2 --seeds 1 --steps 4 --eval-every 4 --prompts 4 --pool 64 --lr 1e-5 --warmup 0 \
-        [--held-out 128] [--first-seed 2]
+        [--held-out 128] [--first-seed 2] [--sft-only]
 
 ``--real``: the real mission's agent (SmolLM2's chat template, the system prompt, declared
 tools, 512-token responses, 160 tokens a turn) and gradient accumulation, rollouts and
@@ -13,7 +13,8 @@ evaluation through vLLM where it is installed (so TIS and |Δ log p| are measure
 the real mission's 32 ``nano_eval`` questions (never in its SFT data) and, with ``--held-out``
 above 32, more nano questions neither in its SFT data nor in the pool; per step entropy, clip
 fractions, overlong fraction, response length, tool calls per episode and |Δ log p|; held-out
-results with 95% intervals.
+results with 95% intervals. ``--sft-only``: only the SFT policy's held-out evaluation (accuracy,
+tool calls, format and format-error rates).
 
 1. An SFT policy: ``--policy`` (e.g. the main job's ``data/lake/runs/sft-*/checkpoint-latest``),
    or the nano policy trained here from scratch on solver trajectories (``--levels``).
@@ -134,15 +135,25 @@ def pass_counts(policy: str, pool: list[dict], k: int = 8) -> dict[str, int]:
     return counts
 
 
-def held_out(model: str, held: list[dict]) -> tuple[float, list[float]]:
-    """Held-out average@k (k=8; 4 with --real) and its 95% interval."""
+def held_out(model: str, held: list[dict]) -> dict:
+    """Held-out average@k (k=8; 4 with --real) with its 95% interval, and how the policy answers:
+    tool calls an episode, the share of its calls that failed, the format rate (episodes whose
+    answer is in ``\\boxed{}``, where the verifier reads it) and the format-error rate (episodes
+    with a turn BFCL's decoder reads otherwise than the loop ran it)."""
     eng = make_engine(model, BACKEND)
     try:
         m = evaluate(eng, held, k=EVAL_K, config=AGENT, sampling=SAMPLING)
     finally:
         close(eng)  # one vLLM engine at a time in this process
     key = f"average@{EVAL_K}"
-    return m[key], [round(x, 4) for x in m["ci"][key]]
+    return {
+        "avg": m[key],
+        "ci": [round(x, 4) for x in m["ci"][key]],
+        "tool_calls": round(m["tool_calls_per_rollout"], 3),
+        "tool_error_rate": round(m["tool_error_rate"], 3),
+        "format_rate": round(m["format_rate"], 3),
+        "format_error_rate": round(m["format_error_rate"], 3),
+    }
 
 
 PER_STEP = (
@@ -185,7 +196,8 @@ def run(variant: str, seed: int, policy: str, pool: list[dict], held, args, base
             **overrides,
         )
         history += train(cfg, pool)
-        curve.append((end, *held_out(str(out / "checkpoint-latest"), held)))
+        h = held_out(str(out / "checkpoint-latest"), held)
+        curve.append((end, h["avg"], h["ci"]))
     target = base[0] + args.target_gain
     reached = next((s for s, a, _ in curve if s > 0 and a >= target), None)
     return {
@@ -226,6 +238,9 @@ def main() -> None:
     ap.add_argument(
         "--real", action="store_true", help="the real mission's agent (flow run --real)"
     )
+    ap.add_argument(
+        "--sft-only", action="store_true", help="only the SFT policy's held-out evaluation"
+    )
     ap.add_argument("--out", default="bench/ablation.json")
     args = ap.parse_args()
     if args.real:
@@ -240,6 +255,12 @@ def main() -> None:
     else:
         pool_tasks, held_tasks = split(args.pool, args.held_out or 40, seed=7, levels=levels)
     pool, held = questions(pool_tasks, "p"), questions(held_tasks, "h")
+    if args.sft_only:
+        sft_eval = held_out(policy, held)
+        print(f"held-out ({len(held)} questions x {EVAL_K}) of the SFT policy: {sft_eval}")
+        Path(args.out).write_text(json.dumps({"args": vars(args), "sft": sft_eval}, indent=1))
+        print(f"{args.out}; {time.perf_counter() - t0:.0f} s")
+        return
     counts = pass_counts(policy, pool)
     filtered = [q for q in pool if 0 < counts[q["question_id"]] < 8]
     if not filtered:
@@ -251,11 +272,9 @@ def main() -> None:
     print(
         f"SFT policy {policy}; pool pass counts (k/8 -> questions) {hist}; filtered {len(filtered)}"
     )
-    base = held_out(policy, held)
-    print(
-        f"held-out avg@{EVAL_K} of the SFT policy: {base[0]:.4f} {base[1]}"
-        f"  ({time.perf_counter() - t0:.0f} s)"
-    )
+    sft_eval = held_out(policy, held)
+    base = (sft_eval["avg"], sft_eval["ci"])
+    print(f"held-out of the SFT policy: {sft_eval}  ({time.perf_counter() - t0:.0f} s)")
     results = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for variant in args.variants.split(","):
@@ -282,7 +301,14 @@ def main() -> None:
             print(" | ".join((r["variant"], str(h["step"]), *cells)))
     Path(args.out).write_text(
         json.dumps(
-            {"args": vars(args), "base": base, "pass_counts": hist, "results": results}, indent=1
+            {
+                "args": vars(args),
+                "base": base,
+                "sft": sft_eval,
+                "pass_counts": hist,
+                "results": results,
+            },
+            indent=1,
         )
     )
     print(f"\n{args.out}; {time.perf_counter() - t0:.0f} s in all")

@@ -30,11 +30,9 @@ REPO = Path(__file__).resolve().parents[1]  # each mode runs as ``python -m benc
 
 def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path) -> dict:
     """Train and evaluate one mode (runs in its own process, so its peak memory is its own)."""
-    from bench.ablation import questions, real_split
+    from bench.ablation import held_out, questions, real_split, use_real
     from flows.mission import MissionConfig
     from pipeline.build import lake_sft_rows
-    from pipeline.evaluate import evaluate
-    from pipeline.rollout.engines import Sampling, close, make_engine
     from trainer.sft import SFTTrainConfig, sft
 
     real = MissionConfig.real()
@@ -58,17 +56,8 @@ def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path
     seconds = time.perf_counter() - t0
     train_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # GB (kB on Linux)
     held = questions(real_split(0, tuple(real.nano["levels"]), real.nano["n_eval"])[1], "h")
-    eng = make_engine(str(out / mode / "checkpoint-latest"), "auto")
-    try:
-        m = evaluate(
-            eng,
-            held,
-            k=4,
-            config=real.agent,
-            sampling=Sampling(temperature=1.0, max_tokens=real.max_tokens),
-        )
-    finally:
-        close(eng)
+    use_real()  # the evaluation of bench/ablation.py --real: avg@4 through vLLM
+    m = held_out(str(out / mode / "checkpoint-latest"), held)
     tokens = sum(h["tokens"] for h in history)
     return {
         "mode": mode,
@@ -78,10 +67,9 @@ def one(mode: str, lake: str, steps: int, full_lr: float, warmup: int, out: Path
         "seconds_per_step": round(seconds / len(history), 2),
         "loss_tokens_per_second": round(tokens / seconds, 1),
         "peak_rss_gb_training": round(train_rss, 2),
-        "heldout_avg@4": m["average@4"],
-        "heldout_ci": [round(x, 4) for x in m["ci"]["average@4"]],
-        "tool_calls": round(m["tool_calls_per_rollout"], 3),
-        "format_rate": round(m["format_rate"], 3),
+        "heldout_avg@4": m["avg"],
+        "heldout_ci": m["ci"],
+        **{k: m[k] for k in ("tool_calls", "tool_error_rate", "format_rate", "format_error_rate")},
     }
 
 

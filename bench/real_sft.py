@@ -88,20 +88,8 @@ def main() -> None:
         r = one(args.one, args.lake, args.steps, args.full_lr, args.warmup, Path(args.dir))
         print("RESULT " + json.dumps(r), flush=True)
         return
-    work = Path(tempfile.mkdtemp(prefix="real-sft-"))
-    results = []
-    for mode in args.modes.split(","):
-        cmd = [sys.executable, "-m", "bench.real_sft", "--one", mode, "--dir", str(work)]
-        cmd += ["--lake", args.lake, "--steps", str(args.steps), "--full-lr", str(args.full_lr)]
-        cmd += ["--warmup", str(args.warmup)]
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-        if proc.returncode or line is None:
-            sys.exit(f"{mode} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-        r = json.loads(line[len("RESULT ") :]) | {"seconds": round(time.perf_counter() - t0)}
-        results.append(r)
-        print(json.dumps(r), flush=True)
+    with tempfile.TemporaryDirectory(prefix="real-sft-") as tmp:  # ~1 GB a mode's checkpoint
+        results = [run_mode(mode, Path(tmp), args) for mode in args.modes.split(",")]
     print(
         "\n| mode | lr | loss first → last | s / step | loss tokens / s | peak RSS (GB) | held-out nano avg@4 | tool calls / episode | format rate |"
     )
@@ -113,6 +101,21 @@ def main() -> None:
             f"{r['heldout_avg@4']:.3f} {r['heldout_ci']} | {r['tool_calls']} | {r['format_rate']} |"
         )
     Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+
+
+def run_mode(mode: str, work: Path, args) -> dict:
+    """One mode in its own process (its peak memory its own); its result."""
+    cmd = [sys.executable, "-m", "bench.real_sft", "--one", mode, "--dir", str(work)]
+    cmd += ["--lake", args.lake, "--steps", str(args.steps), "--full-lr", str(args.full_lr)]
+    cmd += ["--warmup", str(args.warmup)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        sys.exit(f"{mode} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    r = json.loads(line[len("RESULT ") :]) | {"seconds": round(time.perf_counter() - t0)}
+    print(json.dumps(r), flush=True)
+    return r
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from pipeline.build import BuildConfig, build, check_name
-from pipeline.build.select import SelectConfig, difficulty, select
+from pipeline.build.select import SelectConfig, difficulty, no_pyramid, select
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +108,6 @@ def test_an_empty_bin_leaves_no_pyramid_and_says_so_unless_a_size_is_asked():
     """The CI mission's 64 labels once held no hard question: the largest 30/50/20 pyramid was
     empty, silently. Now a warning names the empty bin; a requested size takes the other bins'
     shares and reports the empty one as short."""
-    from pipeline.build.stage import no_pyramid
-
     items = [
         {"question_id": f"q{i}", "pass_rate": p, "domain": "m", "source": "s", "tool_pattern": "x"}
         for i, p in enumerate([0.5] * 15 + [0.875] * 33 + [1.0] * 6)

@@ -163,6 +163,21 @@ def select(items: list[dict], config: SelectConfig | None = None) -> Selection:
     return Selection(rows, report)
 
 
+def no_pyramid(report: dict) -> list[str]:
+    """Why a selection with mixed questions came out empty: a bin the targets ask for is empty,
+    so the largest dataset meeting the ratios has no question."""
+    supply, targets = report["supply"], report["targets"]
+    empty = [b for b, share in targets.items() if share > 0 and supply[b] == 0]
+    if report["requested_size"] is not None or not empty or not sum(supply.values()):
+        return []
+    return [
+        f"no {'/'.join(str(round(100 * t)) for t in targets.values())} pyramid fits the labels: "
+        f"the {' and '.join(empty)} bin{'s are' if len(empty) > 1 else ' is'} empty (supply "
+        f"{supply}), so the RL split is empty; ask for a size (--size N: each bin gives its "
+        "share or what it has), label more questions, or change the targets"
+    ]
+
+
 def diversity(supply: list[dict], rows: list[dict], config: DiversityConfig) -> dict:
     """The diversity section of the report: the supply's and the selection's profiles, and the
     verdict against the target."""

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from pipeline import exports
 from pipeline.build.config import BuildConfig, check_name
 from pipeline.build.errors import BuildError
-from pipeline.build.select import entropy, select
+from pipeline.build.select import entropy, no_pyramid, select
 from pipeline.build.sft import keep_for_sft
 from pipeline.build.verifiable import verifiable
 from pipeline.diversity.behaviour import features
@@ -296,21 +296,6 @@ def build(lake: Lake, config: BuildConfig | None = None) -> dict:
     manifest["path"] = lake.path("datasets", name, f"v{version}")
     manifest["unchanged"] = False
     return manifest
-
-
-def no_pyramid(report: dict) -> list[str]:
-    """Why a selection with mixed questions came out empty: a bin the targets ask for is empty,
-    so the largest dataset meeting the ratios has no question."""
-    supply, targets = report["supply"], report["targets"]
-    empty = [b for b, share in targets.items() if share > 0 and supply[b] == 0]
-    if report["requested_size"] is not None or not empty or not sum(supply.values()):
-        return []
-    return [
-        f"no {'/'.join(str(round(100 * t)) for t in targets.values())} pyramid fits the labels: "
-        f"the {' and '.join(empty)} bin{'s are' if len(empty) > 1 else ' is'} empty (supply "
-        f"{supply}), so the RL split is empty; ask for a size (--size N: each bin gives its "
-        "share or what it has), label more questions, or change the targets"
-    ]
 
 
 def _latest_manifest(lake: Lake, name: str, version: int) -> dict | None:

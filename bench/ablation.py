@@ -257,9 +257,13 @@ def main() -> None:
     else:
         pool_tasks, held_tasks = split(args.pool, args.held_out or 40, seed=7, levels=levels)
     pool, held = questions(pool_tasks, "p"), questions(held_tasks, "h")
+    sft_eval = held_out(policy, held)
+    base = (sft_eval["avg"], sft_eval["ci"])
+    print(
+        f"held-out ({len(held)} questions x {EVAL_K}) of the SFT policy: {sft_eval}"
+        f"  ({time.perf_counter() - t0:.0f} s)"
+    )
     if args.sft_only:
-        sft_eval = held_out(policy, held)
-        print(f"held-out ({len(held)} questions x {EVAL_K}) of the SFT policy: {sft_eval}")
         Path(args.out).write_text(json.dumps({"args": vars(args), "sft": sft_eval}, indent=1))
         print(f"{args.out}; {time.perf_counter() - t0:.0f} s")
         return
@@ -274,9 +278,6 @@ def main() -> None:
     print(
         f"SFT policy {policy}; pool pass counts (k/8 -> questions) {hist}; filtered {len(filtered)}"
     )
-    sft_eval = held_out(policy, held)
-    base = (sft_eval["avg"], sft_eval["ci"])
-    print(f"held-out of the SFT policy: {sft_eval}  ({time.perf_counter() - t0:.0f} s)")
     results = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for variant in args.variants.split(","):

@@ -2,7 +2,7 @@
 `flow run` (its defaults, or changed by the flags) on several seeds, each evaluated on the
 held-out `nano_eval` questions (avg@8 at temperature 1, 95% interval), and the spread.
 
-    python bench/nano_seeds.py --seeds 0,1,2 [--steps 3000] [--weight-decay 0.1] \
+    python bench/nano_seeds.py --seeds 0,1,2 [--steps 3000] [--batch 32] [--weight-decay 0.1] \
         [--nano '{"layers": 3}'] [--sft '{"schedule": "constant", "lr": 0.002}'] \
         [--lake /tmp/nano-seeds]
 
@@ -31,6 +31,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=None, help="SFT steps (default: the mission's)")
+    ap.add_argument("--batch", type=int, default=None, help="SFT batch (default: the mission's)")
     ap.add_argument("--nano", default=None, help='model size, JSON (e.g. {"layers": 3})')
     ap.add_argument("--weight-decay", type=float, default=None)
     ap.add_argument("--sft", default=None, help="other SFTTrainConfig fields, JSON")
@@ -46,7 +47,13 @@ def main() -> None:
     if a.sft is not None:
         options |= json.loads(a.sft)
     lr = options.pop("lr", base.sft_lr)  # the mission's own field, not an option
-    base = replace(base, sft_options=options, sft_steps=a.steps or base.sft_steps, sft_lr=lr)
+    base = replace(
+        base,
+        sft_options=options,
+        sft_steps=a.steps or base.sft_steps,
+        sft_batch=a.batch or base.sft_batch,
+        sft_lr=lr,
+    )
     print(
         f"SFT: {base.sft_steps} steps of {base.sft_batch}, lr {SFTTrainConfig(lr=lr).learning_rate()}, options {options}"
     )

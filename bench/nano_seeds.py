@@ -2,7 +2,7 @@
 `flow run` (its defaults, or changed by the flags) on several seeds, each evaluated on the
 held-out `nano_eval` questions (avg@8 at temperature 1, 95% interval), and the spread.
 
-    python bench/nano_seeds.py --seeds 0,1,2 [--steps 3000] [--batch 32] [--weight-decay 0.1] \
+    python bench/nano_seeds.py --seeds 0,1,2 [--steps 3000] [--batch 16] [--weight-decay 0.1] \
         [--nano '{"layers": 3}'] [--sft '{"schedule": "constant", "lr": 0.002}'] \
         [--lake /tmp/nano-seeds]
 
